@@ -14,9 +14,17 @@ in the same run) and the step's matmul FLOPs (counted from the shapes) as a frac
     python -m launch.benchmark --shapes=recall,copying --repeats=5 --output=/tmp/bench.json
     python -m launch.benchmark --shapes=ptb --candidates=gru,rum0 --repeats=3
     python -m launch.benchmark --shapes=32x520x10x100,32x2080x10x100 --candidates=rum1 --rss
+
+Device modes. ``--cpu_devices`` (default: one per core) sets how many CPU devices JAX
+exposes. A plain candidate (``gru``) runs on one device, where XLA spreads each operation
+over the cores (intra-op threads); a candidate with the suffix ``:dp`` (``rum1:dp``)
+splits the batch over all devices, as the training loop does (``launch.train
+--cpu_devices``), so the cores run the shards concurrently. ``x GRU`` is the ratio to GRU
+in the same mode, ``x best GRU`` to the faster of ``gru`` and ``gru:dp``.
 """
 
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -28,7 +36,10 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", ["recall", "copying"],
                   "Named shapes (recall, copying, ptb) or BxTxNxxNh, e.g. 32x2080x10x100.")
-flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1"],
+flags.DEFINE_string("cpu_devices", "auto", "CPU devices for JAX: a number or 'auto' (one "
+                    "per core); the ':dp' candidates split the batch over them.")
+flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:dp",
+                                 "rum1:dp"],
                   "Any of gru, lstm, rum0, rum1 (fast rum_scan, lam 0/1), rum0_ref, rum1_ref "
                   "(the autodiff reference scan).")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (median reported).")
@@ -57,6 +68,7 @@ def parse_shape(name):
 
 def matmul_flops(cand, b, t, nx, nh):
   """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
+  cand = cand.split(":")[0]
   if cand in ("gru", "lstm"):
     g = 3 if cand == "gru" else 4
     fwd = 2 * b * (nx + nh) * g * nh
@@ -71,15 +83,25 @@ def matmul_flops(cand, b, t, nx, nh):
 
 
 def make_step(cand, shape):
-  """``(jitted grad function, params, xs)`` for a candidate at a shape."""
+  """``(jitted grad function, params, xs)`` for a candidate at a shape.
+
+  ``<name>:dp``: the batch split over all devices, parameters replicated (the loop's
+  data parallelism)."""
   import flax.linen as nn
   import jax
   import jax.numpy as jnp
   import rumjax
+  from rumjax.training import sharding
 
+  cand, _, mode = cand.partition(":")
+  if mode not in ("", "dp"):
+    raise ValueError(f"candidate suffix must be ':dp', got {mode!r}.")
   b, t, nx, nh = shape
   key = jax.random.key(0)
   xs = jax.random.normal(key, (b, t, nx), jnp.float32)
+  if cand not in ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref"):
+    raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
+                     "rum1_ref, optionally with ':dp'.")
   if cand in ("gru", "lstm"):
     cell = nn.GRUCell(nh) if cand == "gru" else nn.OptimizedLSTMCell(nh)
     model = nn.RNN(cell)
@@ -90,6 +112,11 @@ def make_step(cand, shape):
     impl = "reference" if cand.endswith("_ref") else "fast"
     params = rumjax.init_rum_params(jax.random.key(1), nx, nh)
     loss = lambda p, x: jnp.sum(rumjax.rum_scan(p, x, lam=lam, impl=impl)[1] ** 2)
+  if mode == "dp":
+    mesh = sharding.make_mesh()
+    sharding.check_batch_size(b, mesh)
+    xs = jax.device_put(xs, sharding.batch_sharding(mesh))
+    params = jax.device_put(params, sharding.replicated(mesh))
   return jax.jit(jax.grad(loss)), params, xs
 
 
@@ -130,7 +157,8 @@ def peak_rss_mb():
 
 def measure_rss(cand, shape_name):
   out = subprocess.run(
-      [sys.executable, "-m", "launch.benchmark", f"--_rss_child={cand}@{shape_name}"],
+      [sys.executable, "-m", "launch.benchmark", f"--_rss_child={cand}@{shape_name}",
+       f"--cpu_devices={FLAGS.cpu_devices}"],
       capture_output=True, text=True, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
@@ -169,24 +197,33 @@ def run_shape(name, shape, candidates, repeats, peak):
     r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
     if FLAGS.rss:
       r["rss_mb"] = measure_rss(c, name)
-  if "gru" in rows:
-    for c in cands:
-      rows[c]["ratio_gru"] = rows[c]["ms"] / rows["gru"]["ms"]
+  grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
+  for c in cands:
+    same = "gru:dp" if c.endswith(":dp") else "gru"
+    if same in grus:
+      rows[c]["ratio_gru"] = rows[c]["ms"] / grus[same]
+    if grus:
+      rows[c]["ratio_best_gru"] = rows[c]["ms"] / min(grus.values())
   return rows
 
 
 def main(argv):
   del argv
+  from rumjax.training import sharding
+  sharding.use_cpu_devices(FLAGS.cpu_devices)
   if FLAGS._rss_child:
     rss_child(FLAGS._rss_child)
     return
   import jax
   peak = peak_matmul(FLAGS.matmul_size, FLAGS.repeats)
-  print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, peak f32 matmul "
-        f"({FLAGS.matmul_size}^3): {peak / 1e9:.1f} GFLOP/s")
-  results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {}}
-  head = (f"{'shape':>16} {'cand':>8} {'ms/step':>9} {'x GRU':>6} {'compile s':>9} "
-          f"{'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} {'mm frac':>7}")
+  print(f"jax {jax.__version__}, {jax.device_count()} x {jax.devices()[0].device_kind} "
+        f"device(s), {os.cpu_count()} cores, peak f32 matmul ({FLAGS.matmul_size}^3, one "
+        f"device): {peak / 1e9:.1f} GFLOP/s")
+  results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
+             "devices": jax.device_count(), "cores": os.cpu_count()}
+  head = (f"{'shape':>16} {'cand':>8} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+          f"{'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} "
+          f"{'mm frac':>7}")
   print(head)
   for name in FLAGS.shapes:
     shape = parse_shape(name)
@@ -195,7 +232,8 @@ def main(argv):
     for c, r in rows.items():
       rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
       ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
-      print(f"{name:>16} {c:>8} {r['ms']:9.2f} {ratio} {r['compile_s']:9.2f} "
+      best = f"{r['ratio_best_gru']:6.2f}" if "ratio_best_gru" in r else f"{'-':>6}"
+      print(f"{name:>16} {c:>8} {r['ms']:9.2f} {ratio} {best} {r['compile_s']:9.2f} "
             f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
             f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
   if FLAGS.output:

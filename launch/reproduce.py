@@ -524,6 +524,8 @@ def define_flags() -> None:
   flags.DEFINE_bool("tiny", False, "Tiny sizes for smoke tests (hidden 8, batch 8, short "
                     "sequences, small data sets): checks the plumbing, not the paper.")
   flags.DEFINE_integer("seed", None, "Seed of every model (config.seed).")
+  flags.DEFINE_string("cpu_devices", None, "CPU only: CPU devices for the data-parallel "
+                      "loop, or 'auto' (one per core); see launch.train. Default: one.")
   flags.DEFINE_string("compilation_cache", "auto", "JAX persistent compilation cache "
                       "directory ('auto': <workdir>/.jax_cache; '' switches it off): the "
                       "chunks recompile the same programs.")
@@ -582,6 +584,11 @@ def main(argv):
   unknown = [e for e in FLAGS.experiment if e not in EXPERIMENTS]
   if unknown:
     sys.exit(f"error: unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}.")
+  from rumjax.training import sharding
+  try:
+    sharding.use_cpu_devices(FLAGS.cpu_devices)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
   import jax
   cache = FLAGS.compilation_cache
   if cache == "auto":

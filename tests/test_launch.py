@@ -163,3 +163,29 @@ def test_two_processes_equal_one_process(tmp_path):
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-3000:]
   _assert_params_close(_params(workdir)[1], _params(str(tmp_path / "single"))[1], atol=1e-6)
+
+
+def test_cpu_devices_flag(tmp_path):
+  """--cpu_devices=2 gives the loop two CPU devices (data parallel over the cores)."""
+  proc = _run(str(tmp_path / "w"), "--steps=2", "--cpu_devices=2")
+  assert "2 device(s)" in proc.stderr
+  bad = _run(str(tmp_path / "b"), "--steps=2", "--cpu_devices=0", check=False)
+  assert bad.returncode != 0 and "cpu_devices must be a positive number" in bad.stderr
+
+
+def test_benchmark_runs_both_device_modes(tmp_path):
+  """The benchmark's table at a tiny shape: one-device and ':dp' candidates, ratios to GRU."""
+  out = tmp_path / "bench.json"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.benchmark", "--shapes=4x5x3x4", "--repeats=1",
+       "--matmul_size=64", "--cpu_devices=2", "--candidates=gru,rum1,gru:dp,rum1:dp",
+       f"--output={out}"], cwd=REPO, env=_env(), capture_output=True, text=True,
+      timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert result["devices"] == 2
+  rows = result["shapes"]["4x5x3x4"]["candidates"]
+  assert set(rows) == {"gru", "rum1", "gru:dp", "rum1:dp"}
+  assert rows["gru"]["ratio_gru"] == rows["gru:dp"]["ratio_gru"] == 1.0
+  assert min(rows["gru"]["ratio_best_gru"], rows["gru:dp"]["ratio_best_gru"]) == 1.0
+  assert all(r["ms"] > 0 for r in rows.values())
