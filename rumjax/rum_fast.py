@@ -323,13 +323,14 @@ def _accumulate(params, acc, h, x, dxp):
   return acc, dxp @ kernel_x.T
 
 
-def _bwd_lam0(cfg: _Cfg, params, inp, acc, dh_final):
+def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
   kernel_x, bias, kernel_h = params
   n = kernel_h.shape[0]
 
   def step(carry, inp):
     dh_next, acc = carry
-    h, pre, x, ghs, dcos = inp
+    t, pre, x, ghs, dcos = inp
+    h = h_prev(t)
     e = x @ kernel_x[:, 2 * n:] + bias[2 * n:]
     p = _plane(pre[:, :n], e)
     dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, e, p, dh_next + ghs, dcos)
@@ -341,7 +342,7 @@ def _bwd_lam0(cfg: _Cfg, params, inp, acc, dh_final):
   return dh0, acc, dxs
 
 
-def _bwd_lam1(cfg: _Cfg, params, inp, acc, r_final, ct_final):
+def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
   """The backward scan carries ``R_t`` and ``Q_t = dL/dR_t``: it rebuilds
   ``R_{t-1} = R_t Rotation_t^T = R_t + k (R_{t-1} d) d^T - 2 (R_{t-1} b) a^T`` from the
   saved ``R_{t-1} [d, b]`` and accumulates ``Q_{t-1} = Q_t Rotation_t^T + w x^T``."""
@@ -350,7 +351,8 @@ def _bwd_lam1(cfg: _Cfg, params, inp, acc, r_final, ct_final):
 
   def step(carry, inp):
     r, q, dh_next, acc = carry
-    h, pre, x_in, ghs, dcos, y = inp
+    t, pre, x_in, ghs, dcos, y = inp
+    h = h_prev(t)
     e = x_in @ kernel_x[:, 2 * n:] + bias[2 * n:]
     p = _plane(pre[:, :n], e)
     rd, rb = y[:, 0], y[:, 1]                       # R_{t-1} d, R_{t-1} b
@@ -382,13 +384,18 @@ def _bwd(cfg, res, cts):
   params, xs, h0, hs, pre, ys, r_final = res
   ct_final, ct_hs = cts[0], cts[1]
   ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], xs.dtype)
-  h_prev = jnp.concatenate([h0[None], hs[:-1]])
-  inp = (h_prev, pre, xs, ct_hs, ct_cos)
+  inp = (jnp.arange(xs.shape[0]), pre, xs, ct_hs, ct_cos)
+
+  def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
+    return jnp.where(t > 0, jax.lax.dynamic_index_in_dim(hs, jnp.maximum(t - 1, 0), 0,
+                                                         False), h0)
+
   acc = jax.tree.map(jnp.zeros_like, params)
   if cfg.lam:
-    d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp + (ys,), acc, r_final, ct_final)
+    d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp + (ys,), h_prev, acc, r_final,
+                                         ct_final)
   else:
-    d_carry0, acc, dxs = _bwd_lam0(cfg, params, inp, acc, ct_final)
+    d_carry0, acc, dxs = _bwd_lam0(cfg, params, inp, h_prev, acc, ct_final)
   return acc, dxs, d_carry0
 
 
