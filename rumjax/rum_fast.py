@@ -22,13 +22,18 @@ aligned with ``a``, so the two may differ there, both being rotations by pi that
 stay finite. Not forward-mode differentiable (``jax.custom_vjp``): use
 ``impl="reference"`` for ``jax.jvp`` / ``jacfwd``.
 
-What the backward pass keeps. The forward scan saves per step only ``h_t`` and the
-pre-activations ``[tau_t | u'_t]`` (``3 Nh`` numbers per example); the backward scan
-recomputes the O(Nh) quantities of the step from them and applies the chain rule by hand.
-Weight gradients (``kernel_h``) are one large matmul after the scan. For ``lam=1`` the
-memory ``R_t`` is *not* saved: the backward scan starts from ``R_T`` and rebuilds
-``R_{t-1} = R_t Rotation_t^T`` (rotations are orthogonal) while it carries the cotangent
-of ``R``; so the memory of a training step grows only by O(T B Nh) with the length.
+What the backward pass keeps. The forward scan saves per step only ``h_t``, the
+pre-activations ``[tau_t | u'_t]`` and for ``lam=1`` ``R_{t-1} [d_t, b_t, Rot_t h_{t-1}]``
+(``3 Nh`` or ``6 Nh`` numbers per example); the backward scan recomputes the O(Nh)
+quantities of the step from them and applies the chain rule by hand (``_cell_bwd``),
+accumulating the weight gradients step by step. For ``lam=1`` the memory ``R_t`` is *not*
+saved: the backward scan starts from ``R_T`` and rebuilds ``R_{t-1} = R_t Rotation_t^T``
+(rotations are orthogonal) while it carries the cotangent ``Q_t = dL/dR_t``; so the memory
+of a training step grows only by O(T B Nh) with the length.
+
+Per step, ``lam=1`` reads or writes the ``B x Nh x Nh`` matrices 2 times forward (one
+product, one rank-2 update) and 5 times backward; on XLA:CPU these passes and the many
+small O(B Nh) operations, not FLOPs, set the speed (see WORKSPACE.md for what was tried).
 """
 
 import functools
