@@ -11,9 +11,8 @@ The rotation of a step in closed form. With ``a = e/|e|``, ``b = tau/|tau|`` (un
     Rotation(e, tau) = 1 - k d d^T + 2 b a^T,      k = 2 / |d|^2 = 1 / (1 + cos theta)
 
 It maps ``a`` to ``b``, ``b`` to ``2 cos(theta) b - a`` and is the identity orthogonal to
-``span(a, b)``, i.e. it is eq. (1). ``a`` depends only on the input, so it is computed for
-the whole sequence outside the scan; inside, one step costs the ``(Nh, 2 Nh)`` matmul and
-a few O(Nh) dot products. Degenerate cases as in :mod:`rumjax.rotation`: ``e = 0`` or
+``span(a, b)``, i.e. it is eq. (1). One step costs the input projection, the
+``(Nh, 2 Nh)`` matmul and a few O(Nh) dot products. Degenerate cases as in :mod:`rumjax.rotation`: ``e = 0`` or
 ``tau = 0`` give the identity; (nearly) anti-parallel ``e``, ``tau`` (``|a + b|^2 <= eps``)
 rotate by exactly ``pi`` in the plane of ``a`` and a fallback direction orthogonal to it
 (the first or second coordinate axis, orthogonalised; the reference picks the axis least
@@ -36,7 +35,6 @@ product, one rank-2 update) and 5 times backward; on XLA:CPU these passes and th
 small O(B Nh) operations, not FLOPs, set the speed (see WORKSPACE.md for what was tried).
 """
 
-import functools
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -115,11 +113,6 @@ def _rot(p: _Plane, v):
   """``Rotation v = v - k (d.v) d + 2 (a.v) b`` and the two dot products."""
   dv, av = _sum(p.d, v), _sum(p.a, v)
   return v - (p.k * dv) * p.d + (2.0 * av) * p.b, dv, av
-
-
-def _rot_t(p: _Plane, v):
-  """``Rotation^T v = v - k (d.v) d + 2 (b.v) a``."""
-  return v - (p.k * _sum(p.d, v)) * p.d + (2.0 * _sum(p.b, v)) * p.a
 
 
 def _rot_grads(p: _Plane, h, dh_, ah, w):

@@ -24,7 +24,7 @@ def use_cpu_devices(n) -> None:
   """
   if n is None:
     return
-  count = os.cpu_count() or 1 if n == "auto" else int(n)
+  count = (os.cpu_count() or 1) if n == "auto" else int(n)
   if count < 1:
     raise ValueError(f"cpu_devices must be a positive number or 'auto', got {n!r}.")
   try:
