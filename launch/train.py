@@ -5,7 +5,8 @@ r"""Trains a task of the zoo with the generic loop.
         --config.learning_rate=1e-3 --steps=2000
 
 The config starts from the task's ``default_config(variant)`` (the paper's settings); any
-field can be overridden with ``--config.FIELD=VALUE``; ``--steps``, ``--batch_size``,
+field can be overridden with ``--config.FIELD=VALUE`` (the model's fields under
+``--config.model.FIELD``, e.g. ``--config.model.lam=0``); ``--cell``, ``--steps``, ``--batch_size``,
 ``--seed``, ``--eval_every`` and ``--checkpoint_every`` are shortcuts for the config fields
 of the same meaning. Re-running with the same ``--workdir`` resumes from the latest
 checkpoint. SIGTERM/SIGINT save a checkpoint and exit 0. ``--steps=0`` builds the model,
@@ -23,19 +24,21 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import tasks
+from rumjax import configs, utils
 
 flags.DEFINE_string("task", "copying", f"Task to train: one of {tasks.task_names()}.")
 flags.DEFINE_string("variant", None, "Named variant of the task's config (e.g. T200 for "
                     "copying, T50 for recall); default: the task's small CPU setting.")
 flags.DEFINE_string("cell", None, "Recurrent cell by name (e.g. rum, gru, lstm); "
-                    "default: the task's config.cell.")
+                    "default: the task's config.model.cell.")
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and "
                     "TensorBoard files; re-using it resumes the run.", required=True)
 flags.DEFINE_integer("steps", None, "Number of training steps (config.num_steps); 0 only "
                      "builds the model and prints its parameter count.")
 flags.DEFINE_integer("batch_size", None, "Global batch size (config.batch_size).")
 flags.DEFINE_integer("seed", None, "Random seed (config.seed).")
-flags.DEFINE_integer("eval_every", None, "Evaluate every N steps (config.eval_every).")
+flags.DEFINE_integer("eval_every", None, "Run the periodic evaluators every N steps "
+                     "(config.eval_every).")
 flags.DEFINE_integer("checkpoint_every", None, "Save a checkpoint every N steps "
                      "(config.checkpoint_every).")
 flags.DEFINE_string("cpu_devices", None, "CPU only: number of CPU devices for the "
@@ -51,23 +54,14 @@ flags.DEFINE_enum("cpu_collectives", "gloo", ["gloo", "mpi", "none"],
 FLAGS = flags.FLAGS
 
 
-def _argv_value(argv, name, default=None):
-  """The value of ``--name=V`` / ``--name V`` in ``argv`` (needed before flags parse,
-  because the task decides the fields of ``--config``)."""
-  for i, arg in enumerate(argv):
-    if arg.startswith(f"--{name}="):
-      return arg.split("=", 1)[1]
-    if arg == f"--{name}" and i + 1 < len(argv):
-      return argv[i + 1]
-  return default
-
-
 def define_config_flag(argv) -> None:
-  """Defines ``--config`` from the task's (and variant's) default config."""
-  name = _argv_value(argv, "task", "copying")
+  """Defines ``--config`` from the task's (and variant's) default config; exits with one
+  line if the task, the variant or a ``--config.FIELD`` is unknown."""
+  name = configs.argv_value(argv, "task", "copying")
   try:
     task = tasks.get_task(name)
-    config = task.default_config(_argv_value(argv, "variant"))
+    config = task.default_config(configs.argv_value(argv, "variant"))
+    configs.check_fields(config, configs.override_paths(argv))
   except ValueError as err:
     sys.exit(f"error: {err}")
   config_flags.DEFINE_config_dict(
@@ -78,14 +72,13 @@ def define_config_flag(argv) -> None:
 def build_config(argv):
   """The final config: task defaults, then ``--config.*``, then the shortcut flags."""
   config = FLAGS.config
-  overridden = {a.split("=", 1)[0][len("--config."):] for a in argv
-                if a.startswith("--config.")}
+  overridden = set(configs.override_paths(argv))
   with config.unlocked():
     if FLAGS.cell is not None:
-      config.cell = FLAGS.cell
+      config.model.cell = FLAGS.cell
     task = tasks.get_task(FLAGS.task)
-    if "hidden_size" not in overridden and hasattr(task, "hidden_size_for"):
-      config.hidden_size = task.hidden_size_for(config.cell, config.lam)
+    if "model.hidden_size" not in overridden and hasattr(task, "hidden_size_for"):
+      config.model.hidden_size = task.hidden_size_for(config.model.cell, config.model.lam)
     for flag, field in [("steps", "num_steps"), ("batch_size", "batch_size"),
                         ("seed", "seed"), ("eval_every", "eval_every"),
                         ("checkpoint_every", "checkpoint_every")]:
@@ -102,26 +95,8 @@ def _init_distributed():
                              num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
 
 
-def count_params(task, config) -> int:
-  """Number of trainable parameters of the task's model under ``config``."""
-  import jax
-  model = task.build_model(config)
-  batch = next(iter(task.train_data(config)))
-  key = jax.random.key(0)
-  shapes = jax.eval_shape(
-      lambda: model.init({"params": key, "dropout": key}, batch, train=False))
-  return int(sum(x.size for x in jax.tree.leaves(shapes["params"])))
-
-
-class _QuietLibraries:
-  """Drops the per-save INFO chatter of orbax from the log (warnings still show)."""
-
-  def filter(self, record) -> bool:
-    return record.levelno >= 30 or "/orbax/" not in record.pathname
-
-
 def main(argv):
-  logging.get_absl_handler().addFilter(_QuietLibraries())
+  logging.get_absl_handler().addFilter(utils.QuietOrbax())
   from rumjax import training
   try:
     training.sharding.use_cpu_devices(FLAGS.cpu_devices)
@@ -140,9 +115,10 @@ def main(argv):
   logging.info("Task %s, %d process(es), %d device(s); config:\n%s", FLAGS.task,
                jax.process_count(), jax.device_count(), config)
   if config.num_steps == 0:
-    print(json.dumps({"task": FLAGS.task, "cell": config.cell,
-                      "hidden_size": config.hidden_size,
-                      "num_params": count_params(task, config)}))
+    print(json.dumps({"task": FLAGS.task, "model": config.model.get("name"),
+                      "cell": config.model.get("cell"),
+                      "hidden_size": config.model.get("hidden_size"),
+                      "num_params": training.count_model_params(task, config)}))
     return
   try:
     summary = training.train_and_evaluate(config, FLAGS.workdir, task)

@@ -3,15 +3,22 @@
 The functional core::
 
     from rumjax import rotation_matrix, rotate, rum_scan, init_rum_params, RUMCell
+
+Around it: ``rumjax.cells`` (recurrent cells by name), ``rumjax.models`` (models by name),
+``rumjax.decoding`` (greedy and beam search over any state), ``rumjax.evaluators``,
+``rumjax.training`` (the loop, hooks), ``rumjax.analysis`` and ``rumjax.plotting``.
 """
 
+from rumjax import decoding
 from rumjax.cells import RUMCell, cell_names, make_cell, register_cell
+from rumjax.decoding import beam_search, greedy_search
 from rumjax.rotation import rotate, rotation_matrix, rotation_plane
 from rumjax.rum import ACTIVATIONS, init_rum_params, rum_scan, rum_step
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ACTIVATIONS", "RUMCell", "cell_names", "init_rum_params", "make_cell",
+    "ACTIVATIONS", "RUMCell", "beam_search", "cell_names", "decoding", "greedy_search",
+    "init_rum_params", "make_cell",
     "register_cell", "rotate", "rotation_matrix", "rotation_plane", "rum_scan", "rum_step",
 ]

@@ -8,22 +8,25 @@ The RUM paper (Dangovski et al., TACL 2019, Figure 5) shows, for associative rec
   of training, where ``theta_t`` is the angle between the embedded input ``e_t`` and the
   target ``tau_t`` of step ``t``, averaged over the mini-batch (:func:`mean_cos_per_step`).
 
-These helpers work on the parameters of a RUM cell (``{"kernel_x", "kernel_h", "bias"}``,
-the layout of :func:`rumjax.rum_scan` and :class:`rumjax.RUMCell`), wherever they sit in
-a model's parameter tree (:func:`find_rum_params`), and load parameters from a training
-workdir's orbax checkpoints or from a ``.npz`` file (:func:`load_params`,
-:func:`save_params_npz`). Nothing here knows about tasks.
+``cos(theta_t)`` is read from what the RUM modules sow (:class:`rumjax.RUMCell` and
+:class:`rumjax.cells.rum.RUM` sow it when the ``"intermediates"`` collection is mutable):
+:func:`cos_theta` runs any model on any batch, so the embedding, the inputs and the
+parameter paths are the model's own. The kernel helpers work on the parameters of a RUM
+cell (``{"kernel_x", "kernel_h", "bias"}``) wherever they sit in a model's parameter tree
+(:func:`find_rum_params`); parameters load from a training workdir's orbax checkpoints or a
+``.npz`` file (:func:`load_params`, :func:`save_params_npz`); :func:`read_jsonl` and
+:func:`metric_curve` read the loop's ``metrics.jsonl``. Nothing here imports a task: the
+functions that need one (:func:`fixed_batch`, :func:`cos_from_checkpoints`) take the task
+module as an argument.
 """
 
+import json
 import logging
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-
-from rumjax import rum as rum_lib
 
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
 
@@ -158,26 +161,134 @@ def load_params(path: str, step: Optional[int] = None) -> tuple[Optional[int], d
 # ---------------------------------------------------------------------------- angles
 
 
-def cos_theta(cell_params: Mapping[str, Any], xs, *, lam: int, eta: Optional[float] = None,
-              activation: str = "relu", update_gate: bool = True) -> np.ndarray:
-  """``cos(theta_t)`` of every example and step, <float>[*batch, T].
+def sown_cos(intermediates: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """Every ``cos_theta`` sown in an ``intermediates`` tree, by module path.
 
   Args:
-    cell_params: the RUM cell's ``{"kernel_x", "kernel_h", "bias"}``.
-    xs: <float>[*batch, T, Nx] the cell's inputs (e.g. one-hot tokens).
-    lam, eta, activation, update_gate: the cell's options (as in :func:`rumjax.rum_scan`).
+    intermediates: the ``"intermediates"`` collection of ``model.apply(...,
+      mutable=["intermediates"])`` (with or without the top-level key).
+
+  Returns:
+    ``{"rnn": <float>[batch, T], ...}``: the path of the module that sowed it
+    (``"rnn"`` for the ``rum_scan`` path, ``"rnn/cell"`` under ``nn.RNN``).
   """
-  params = {k: jnp.asarray(cell_params[k]) for k in _RUM_KEYS}
-  _, _, cos = rum_lib.rum_scan(params, jnp.asarray(xs, params["kernel_x"].dtype), lam=lam,
-                               eta=eta, activation=activation, update_gate=update_gate,
-                               return_cos=True)
-  return np.asarray(cos)
+  out = {}
+
+  def walk(tree, path):
+    for key, value in tree.items():
+      if isinstance(value, Mapping):
+        walk(value, path + (str(key),))
+      elif key == "cos_theta":
+        if len(value) != 1:
+          raise ValueError(f"{'/'.join(path)} sowed cos_theta {len(value)} times (it ran "
+                           "more than once in this apply).")
+        out["/".join(path)] = np.asarray(value[0])
+
+  walk(intermediates.get("intermediates", intermediates), ())
+  return out
 
 
-def mean_cos_per_step(cos) -> np.ndarray:
-  """The mini-batch mean of ``cos(theta_t)`` for each step: <float>[*batch, T] -> [T]."""
-  cos = np.asarray(cos)
-  return cos.reshape(-1, cos.shape[-1]).mean(axis=0)
+def cos_theta(model, variables: Mapping[str, Any], batch: Any, *,
+              path: Optional[str] = None, **apply_kwargs) -> np.ndarray:
+  """``cos(theta_t)`` of every example and step of a model's RUM, <float>[batch, T].
+
+  Runs ``model.apply(variables, batch, mutable=["intermediates"], **apply_kwargs)`` and
+  returns what the RUM sowed: the cosine of the angle between the cell's own ``e_t`` and
+  ``tau_t``, so it works for any input (one-hot, an embedding, a sentence encoder). The
+  values come from the path the model ran: :func:`rumjax.rum_scan` (``return_cos=True``)
+  for a RUM without layer norm/zoneout, the per-step :class:`rumjax.RUMCell` under
+  ``nn.RNN`` otherwise (there ``tau_t`` is after layer norm and ``h_{t-1}`` after zoneout).
+
+  Args:
+    model: a Flax module with a RUM inside (e.g. ``task.build_model(config)``).
+    variables: ``{"params": ...}`` or the ``params`` tree alone.
+    batch: the model's input (e.g. a task batch ``{"inputs": <int>[batch, T], ...}``).
+    path: which RUM (a key of :func:`sown_cos`) if the model has several.
+    **apply_kwargs: passed to ``model.apply`` (e.g. ``train=False``).
+
+  Example::
+
+    >>> cos = analysis.cos_theta(model, params, batch, train=False)   # [batch, T]
+  """
+  if "params" not in variables:
+    variables = {"params": variables}
+  _, state = model.apply(variables, batch, mutable=["intermediates"], **apply_kwargs)
+  found = sown_cos(state)
+  if not found:
+    raise ValueError(f"{type(model).__name__} sowed no cos_theta: it has no RUM cell "
+                     "(rumjax.RUMCell / rumjax.cells.rum.RUM) on its path.")
+  if path is None and len(found) > 1:
+    raise ValueError(f"several RUMs sowed cos_theta: {sorted(found)}; pick one with path=.")
+  if path is not None and path not in found:
+    raise ValueError(f"no cos_theta sown at {path!r}; sown at {sorted(found)}.")
+  return found[path] if path is not None else next(iter(found.values()))
+
+
+def step_weights(batch: Mapping[str, Any], shape: tuple[int, int]) -> np.ndarray:
+  """Which steps of a batch are real, <float>[batch, T]: rows with ``mask`` > 0 (padded
+  evaluation rows have mask 0) and steps ``t < lengths`` (padded sequences)."""
+  rows, steps = shape
+  weights = np.ones(shape, np.float64)
+  if "mask" in batch:
+    weights *= np.asarray(batch["mask"], np.float64)[:rows, None]
+  if "lengths" in batch:
+    weights *= np.arange(steps)[None, :] < np.asarray(batch["lengths"])[:rows, None]
+  return weights
+
+
+def mean_cos_per_step(cos, weights=None) -> np.ndarray:
+  """The mini-batch mean of ``cos(theta_t)`` for each step, <float>[T].
+
+  Args:
+    cos: <float>[*batch, T].
+    weights: optional <float>[*batch, T] (or [*batch, 1]), e.g. :func:`step_weights`;
+      a step with no weight is NaN.
+  """
+  cos = np.asarray(cos, np.float64)
+  if weights is None:
+    return cos.reshape(-1, cos.shape[-1]).mean(axis=0)
+  weights = np.broadcast_to(np.asarray(weights, np.float64), cos.shape)
+  weights = weights.reshape(-1, cos.shape[-1])
+  total = weights.sum(axis=0)
+  sums = (cos.reshape(-1, cos.shape[-1]) * weights).sum(axis=0)
+  return np.where(total > 0, sums / np.where(total > 0, total, 1.0), np.nan)
+
+
+def fixed_batch(task, config, *, split: str = "test", rows: int = 128) -> dict:
+  """The first ``rows`` rows of the first ``split`` batch of ``task``: the fixed batch on
+  which ``cos(theta)`` is followed through training.
+
+  Args:
+    task: a task module (``tasks.get_task(name)``).
+    config: its config (a ``ConfigDict`` or a mapping, e.g. a workdir's ``config.json``).
+  """
+  batch = next(iter(task.eval_data(_config_dict(config), split)))
+  return {k: np.asarray(v)[:rows] for k, v in batch.items()}
+
+
+def mean_cos_of_params(task, config, params, batch: Mapping[str, Any]) -> np.ndarray:
+  """The mean over ``batch`` of ``cos(theta_t)`` per step, <float>[T], of the model
+  ``task.build_model(config)`` with ``params`` (evaluation mode)."""
+  model = task.build_model(_config_dict(config))
+  cos = cos_theta(model, params, batch, train=False)
+  return mean_cos_per_step(cos, step_weights(batch, cos.shape))
+
+
+def cos_from_checkpoints(workdir: str, task, config,
+                         batch: Optional[Mapping[str, Any]] = None) -> dict[int, np.ndarray]:
+  """``{step: <float>[T]}``: :func:`mean_cos_of_params` at every checkpoint in ``workdir``
+  (on ``batch``, default :func:`fixed_batch`)."""
+  batch = fixed_batch(task, config) if batch is None else batch
+  return {step: mean_cos_of_params(task, config, load_checkpoint_params(workdir, step)[1],
+                                   batch)
+          for step in checkpoint_steps(workdir)}
+
+
+def _config_dict(config):
+  import ml_collections
+  if isinstance(config, ml_collections.ConfigDict):
+    return config
+  return ml_collections.ConfigDict(dict(config))
 
 
 def cos_histograms(cos_by_step: Mapping[int, Any], bins: int = 20,
@@ -188,7 +299,8 @@ def cos_histograms(cos_by_step: Mapping[int, Any], bins: int = 20,
     cos_by_step: ``{training_step: <float>[T]}`` (from :func:`mean_cos_per_step`).
     bins: number of bins.
     value_range: ``(low, high)`` of the bins; default: the range of all the values
-      (padded by 5%, within [-1, 1]), the same for every step.
+      (padded by 5%, within [-1, 1]), the same for every step. Non-finite values (a
+      step with no weight in :func:`mean_cos_per_step`) are left out.
 
   Returns:
     ``(steps <int>[S], edges <float>[bins + 1], counts <int>[S, bins])``.
@@ -197,10 +309,39 @@ def cos_histograms(cos_by_step: Mapping[int, Any], bins: int = 20,
   steps = sorted(by_step)
   if value_range is None:
     values = np.concatenate([by_step[s].ravel() for s in steps]) if steps else np.zeros(1)
+    values = values[np.isfinite(values)] if np.isfinite(values).any() else np.zeros(1)
     low, high = float(values.min()), float(values.max())
     pad = max(0.05 * (high - low), 0.01)
     value_range = (max(-1.0, low - pad), min(1.0, high + pad))
   edges = np.linspace(value_range[0], value_range[1], bins + 1)
-  counts = np.stack([np.histogram(by_step[s], bins=edges)[0]
+  counts = np.stack([np.histogram(by_step[s][np.isfinite(by_step[s])], bins=edges)[0]
                      for s in steps]) if steps else np.zeros((0, bins), np.int64)
   return np.asarray(steps), edges, counts
+
+
+# --------------------------------------------------------------------------- records
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a ``.jsonl`` file ([] if it does not exist)."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def metric_curve(records: Iterable[Mapping[str, Any]],
+                 name: str) -> tuple[np.ndarray, np.ndarray]:
+  """``(steps <int>[S], values <float>[S])`` of metric ``name`` in ``metrics.jsonl``
+  records, one value per step (the last one written wins, e.g. after a resumed run
+  re-evaluates a step)."""
+  by_step = {int(r["step"]): float(r[name]) for r in records if name in r}
+  steps = np.array(sorted(by_step), np.int64)
+  return steps, np.array([by_step[s] for s in steps], np.float64)
+
+
+def read_cos_records(workdir: str) -> dict[int, np.ndarray]:
+  """``{training_step: <float>[T]}`` from ``<workdir>/cos_theta.jsonl`` (the per-step
+  means ``launch.reproduce`` records after every training chunk)."""
+  return {int(r["step"]): np.asarray(r["cos_mean"], np.float64)
+          for r in read_jsonl(os.path.join(workdir, "cos_theta.jsonl"))}

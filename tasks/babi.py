@@ -8,11 +8,12 @@ prepared once in ``data_dir`` from ``manual_dir`` (a folder laid out as the bAbI
 default ``../shared/data/babi`` next to the checkout when it exists) or, with an empty
 ``manual_dir``, from the public archive (online only).
 
-Text: lower-cased, split into words and punctuation (``"Where is Mary?"`` ->
-``where is mary ?``). The word vocabulary and the answer classes are built from the
-train, dev and test questions of the sub-task (as usual for bAbI, e.g. MemN2N and the Keras
-``babi_rnn`` example), so there is no unknown word; id 0 is padding. Answers are whole
-strings (``"apple,football"`` in lists-sets and ``"n,w"`` in path-finding are one class).
+Text: lower-cased, split into words and punctuation (:func:`tasks.text.words`:
+``"Where is Mary?"`` -> ``where is mary ?``). The word vocabulary and the answer classes
+are built from the train, dev and test questions of the sub-task (as usual for bAbI, e.g.
+MemN2N and the Keras ``babi_rnn`` example), so there is no unknown word; id 0 is padding.
+Answers are whole strings (``"apple,football"`` in lists-sets and ``"n,w"`` in
+path-finding are one class).
 
 Two levels (``level``):
 
@@ -43,22 +44,22 @@ import dataclasses
 import functools
 import math
 import os
-import re
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from rumjax.cells import cell_from_config
-from rumjax.models import build_sequence_model
+from rumjax import metrics, models
 from tasks import common
+from tasks.data import ShuffledBatches, bucket_length, eval_batches
+from tasks.text import tokenizers
 
 NAME = "babi"
 VARIANTS = ("word", "sentence", "sentence_attention")
 EVAL_SPLITS = ("dev", "test")
 SPLITS = ("train", "dev", "test")
 LEVELS = ("word", "sentence")
+MODEL_OF_LEVEL = {"word": "classifier", "sentence": "sentence_qa"}
 DATA_VERSIONS = ("en-10k", "en")
 NUM_TASKS = 20
 PAD = "<pad>"
@@ -77,7 +78,8 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   ``"sentence_attention"``; sub-task ``babi_task=1`` of en-10k.
 
   Fields beyond the common ones: ``babi_task`` (1..20), ``version`` ("en-10k"|"en"),
-  ``level`` ("word"|"sentence"), ``attention`` (sentence level only), ``embed_dim`` (64),
+  ``level`` ("word"|"sentence": the model ``classifier`` or ``sentence_qa``, whose
+  ``model.attention`` switches the attention on), ``model.embed_dim`` (64),
   ``manual_dir`` (the raw files; "" = download), ``data_dir`` (where TFDS keeps the
   prepared data; "" = the TFDS default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``),
   ``bucket_lengths`` (pad batches to power-of-two lengths).
@@ -89,15 +91,16 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c.babi_task = 1
   c.version = "en-10k"
   c.level = "sentence" if variant in ("sentence", "sentence_attention") else "word"
-  c.attention = variant == "sentence_attention"
   c.manual_dir = default_manual_dir()
   c.data_dir = ""
-  c.embed_dim = 64
   c.bucket_lengths = True
-  c.cell = "rum"
-  c.hidden_size = 256
-  c.lam = 0
-  c.activation = "relu"
+  if c.level == "word":
+    c.model = common.cell_model_config("classifier", cell="rum", hidden_size=256, lam=0,
+                                       embed_dim=64)
+  else:
+    c.model = common.cell_model_config("sentence_qa", cell="rum", hidden_size=256, lam=0,
+                                       embed_dim=64,
+                                       attention=variant == "sentence_attention")
   c.optimizer = "adam"
   c.learning_rate = 1e-3
   c.batch_size = 32
@@ -105,14 +108,20 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c.num_steps = 20 * epoch
   c.eval_every = epoch
   c.checkpoint_every = epoch
-  c.eval_batches = math.ceil(1000 / c.batch_size)  # the whole dev and test sets
+  # Whole splits: dev every epoch and at the end, test at the end (also per sub-task).
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"))
+  c.evals.test = common.eval_entry("test", 0)
+  c.evals.test_subtask = common.eval_entry(
+      "test", 0, type="grouped_accuracy", group_key="subtask", num_groups=NUM_TASKS + 1,
+      name_format="qa{}")
   return c
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
   common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config)
+  common.validate_common(config, EVAL_SPLITS)
+  common.validate_cell_model(config.model)
   task = config["babi_task"]
   if not common._is_int(task) or not 1 <= task <= NUM_TASKS:
     raise ValueError(f"config.babi_task={task!r} must be an integer in 1..{NUM_TASKS}.")
@@ -121,13 +130,18 @@ def validate_config(config: Mapping[str, Any]) -> None:
                      f"{list(DATA_VERSIONS)}.")
   if config["level"] not in LEVELS:
     raise ValueError(f"config.level={config['level']!r} must be one of {list(LEVELS)}.")
-  for field in ("attention", "bucket_lengths"):
-    if not isinstance(config[field], bool):
-      raise ValueError(f"config.{field}={config[field]!r} must be True or False.")
-  if config["attention"] and config["level"] != "sentence":
-    raise ValueError("config.attention=True needs config.level='sentence' (the papers' "
-                     "attention is over sentence states).")
-  common.check_int(config, "embed_dim", 1)
+  if not isinstance(config["bucket_lengths"], bool):
+    raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
+                     "False.")
+  expected = MODEL_OF_LEVEL[config["level"]]
+  if config.model.name != expected:
+    raise ValueError(f"config.level={config['level']!r} needs config.model.name="
+                     f"{expected!r} (got {config.model.name!r}); the variants "
+                     f"{list(VARIANTS)} set both.")
+  if config.model.name == "sentence_qa" and not isinstance(config.model.attention, bool):
+    raise ValueError(f"config.model.attention={config.model.attention!r} must be True or "
+                     "False.")
+  common.check_int(config.model, "embed_dim", 1, "config.model")
   for field in ("manual_dir", "data_dir"):
     if not isinstance(config[field], str):
       raise ValueError(f"config.{field}={config[field]!r} must be a string (a folder, or "
@@ -139,11 +153,6 @@ def validate_config(config: Mapping[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def tokenize(text: str) -> list[str]:
-  """Lower-cased words and punctuation: ``"Where is Mary?"`` -> ``[where, is, mary, ?]``."""
-  return re.findall(r"[\w']+|[^\w\s]", text.lower())
 
 
 @functools.lru_cache(maxsize=8)
@@ -205,6 +214,7 @@ class Encoded:
 
 def encode(questions: Mapping[str, list[dict]], level: str) -> Encoded:
   """Token ids and answer classes of every split (vocabulary from all splits)."""
+  tokenize = tokenizers.words
   tokenized = {s: [([tokenize(x) for x in q["story"]], tokenize(q["question"]), q["answer"])
                    for q in qs] for s, qs in questions.items()}
   words, answers = set(), set()
@@ -263,24 +273,21 @@ def encoded(config) -> Encoded:
                          config["data_dir"], config["level"])
 
 
-def _bucket(n: int, minimum: int, cap: int) -> int:
-  """The next power of two >= ``max(n, minimum)``, at most ``cap``."""
-  n = max(int(n), minimum, 1)
-  return min(cap, 1 << (n - 1).bit_length())
-
-
-def batch_maker(arrays: Mapping[str, np.ndarray], level: str, bucket: bool):
-  """``idx -> batch``: the rows ``idx`` of a split, cut to their length bucket."""
+def batch_maker(arrays: Mapping[str, np.ndarray], level: str, bucket: bool,
+                subtask: int = 0):
+  """``idx -> batch``: the rows ``idx`` of a split, cut to their length bucket, with the
+  rows' bAbI sub-task <int32>[rows] as ``"subtask"`` (for per-sub-task accuracy)."""
 
   def make(idx):
     batch = {k: v[idx] for k, v in arrays.items()}
+    batch["subtask"] = np.full((len(idx),), subtask, np.int32)
     if level == "word":
       cap = batch["inputs"].shape[1]
-      size = _bucket(batch["lengths"].max(), 16, cap) if bucket else cap
+      size = bucket_length(batch["lengths"].max(), 16, cap) if bucket else cap
       batch["inputs"] = np.ascontiguousarray(batch["inputs"][:, :size])
     else:
       cap = batch["story"].shape[1]
-      size = _bucket(batch["story_lengths"].max(), 8, cap) if bucket else cap
+      size = bucket_length(batch["story_lengths"].max(), 8, cap) if bucket else cap
       batch["story"] = np.ascontiguousarray(batch["story"][:, :size])
     return batch
 
@@ -288,29 +295,29 @@ def batch_maker(arrays: Mapping[str, np.ndarray], level: str, bucket: bool):
 
 
 def train_data(config, *, process_index: int = 0,
-               process_count: int = 1) -> common.ShuffledBatches:
+               process_count: int = 1) -> ShuffledBatches:
   """Endless shuffled batches of the ``train`` split (see the module docstring for the
-  fields); deterministic in ``(seed, step)``, resumable (:class:`common.ShuffledBatches`)."""
+  fields); deterministic in ``(seed, step)``, resumable (:class:`tasks.data.ShuffledBatches`)."""
   data = encoded(config)
-  return common.ShuffledBatches(
+  return ShuffledBatches(
       data.size("train"), batch_maker(data.splits["train"], config.level,
-                                      config.bucket_lengths),
+                                      config.bucket_lengths, config.babi_task),
       seed=config.seed, batch_size=config.batch_size, process_index=process_index,
       process_count=process_count)
 
 
 def eval_data(config, split: str, *, process_index: int = 0,
-              process_count: int = 1) -> list[dict[str, np.ndarray]]:
-  """The ``"dev"`` or ``"test"`` split in order, in batches of ``batch_size`` (at most
-  ``eval_batches``; padded rows have mask 0)."""
+              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """The ``"dev"`` or ``"test"`` split in order, in batches of ``batch_size`` (padded
+  rows have mask 0)."""
   if split not in EVAL_SPLITS:
     raise ValueError(f"unknown babi split {split!r}; known splits are "
                      f"{list(EVAL_SPLITS)}.")
   data = encoded(config)
-  return common.eval_batches(
+  return eval_batches(
       data.size(split), batch_maker(data.splits[split], config.level,
-                                    config.bucket_lengths),
-      batch_size=config.batch_size, max_batches=config.eval_batches,
+                                    config.bucket_lengths, config.babi_task),
+      batch_size=config.batch_size, max_batches=None,
       process_index=process_index, process_count=process_count)
 
 
@@ -318,36 +325,18 @@ def eval_data(config, split: str, *, process_index: int = 0,
 
 
 def build_model(config):
-  """Word level: :class:`rumjax.models.SequenceClassifier` with an ``embed_dim``
-  embedding; sentence level: :class:`rumjax.models.babi.SentenceQA`."""
-  from rumjax.models.babi import SentenceQA
+  """``config.model``: word level :class:`rumjax.models.SequenceClassifier` with an
+  ``embed_dim`` embedding; sentence level :class:`rumjax.models.babi.SentenceQA`."""
   data = encoded(config)
-  if config.level == "word":
-    return build_sequence_model(config, "classifier", len(data.vocab), len(data.answers))
-  cell = cell_from_config(config.cell, config.hidden_size, config)
-  return SentenceQA(cell=cell, vocab_size=len(data.vocab), num_classes=len(data.answers),
-                    embed_dim=config.embed_dim, attention=config.attention)
+  return models.build_model(config.model, vocab_size=len(data.vocab),
+                            num_classes=len(data.answers))
 
 
-def loss_and_metrics(logits, batch):
-  """Mean cross-entropy of the answer and accuracy, as ``(sum, count)`` pairs.
-
-  Args:
-    logits: <float>[batch, num_answers].
-    batch: ``{"targets": <int>[batch], "mask"?: <float>[batch], ...}``.
-
-  Returns:
-    ``(loss, {"loss": (ce_sum, n), "accuracy": (correct, n)})``, ``n`` the real rows.
-  """
-  targets = batch["targets"]
-  mask = common.batch_mask(batch, targets.shape[0])
-  ce_sum = jnp.sum(common.cross_entropy(logits, targets) * mask)
-  n = jnp.sum(mask)
-  correct = jnp.sum((jnp.argmax(logits, axis=-1) == targets) * mask)
-  return ce_sum / jnp.maximum(n, 1.0), {"loss": (ce_sum, n), "accuracy": (correct, n)}
+# Mean cross-entropy of the answer and accuracy, as (sum, count) pairs.
+loss_and_metrics = metrics.classification_loss_and_metrics
 
 
-def decode(config, batch, row: int = 0) -> str:
+def to_text(config, batch, row: int = 0) -> str:
   """A readable question of a batch: the story, the question and the answer."""
   data = encoded(config)
   words = lambda ids: " ".join(data.vocab[int(i)] for i in ids if int(i))

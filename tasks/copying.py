@@ -24,14 +24,15 @@ the order of the batches.
 
 import functools
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from rumjax.models import build_sequence_model
+from rumjax import metrics, models
 from tasks import common
+from tasks.data import ShuffledBatches, eval_batches
 
 NAME = "copying"
 VARIANTS = ("T200", "T500", "T1000")
@@ -66,17 +67,17 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   The paper variants use batch 128 and lr 1e-3; the paper does not state the number of
   steps (10,000 here).
 
-  Note: ``hidden_size`` follows :func:`hidden_size_for` at the default ``cell``/``lam``;
-  ``launch.train`` re-applies the rule after ``--cell``/``--config.lam`` unless
-  ``--config.hidden_size`` is given; elsewhere, set it again when changing them.
+  Note: ``model.hidden_size`` follows :func:`hidden_size_for` at the default
+  ``cell``/``lam``; ``launch.train`` re-applies the rule after ``--cell``/
+  ``--config.model.lam`` unless ``--config.model.hidden_size`` is given; elsewhere, set it
+  again when changing them.
   """
   if variant is not None and variant not in VARIANTS:
     raise ValueError(f"unknown copying variant {variant!r}; known variants are "
                      f"{list(VARIANTS)} (or None for the small default).")
   c = common.base_config(NAME, variant)
-  c.cell = "rum"
-  c.lam = 1
-  c.hidden_size = hidden_size_for(c.cell, c.lam)
+  c.model = common.cell_model_config("tagger", cell="rum", lam=1,
+                                     hidden_size=hidden_size_for("rum", 1))
   c.optimizer = "rmsprop"
   c.rmsprop_decay = 0.9
   c.num_train = 50_000
@@ -95,14 +96,16 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
     c.num_steps = 10_000
     c.eval_every = 250
     c.checkpoint_every = 1000
-  c.eval_batches = math.ceil(c.num_test / c.batch_size)  # the whole test set
+  # The whole test set every eval_every steps and at the end (metrics test_*).
+  c.evals.test = common.eval_entry("test", c.get_ref("eval_every"))
   return c
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
   common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config)
+  common.validate_common(config, EVAL_SPLITS)
+  common.validate_cell_model(config.model)
   common.check_int(config, "delay", 1)
   common.check_int(config, "num_train", 1)
   common.check_int(config, "num_test", 1)
@@ -142,26 +145,26 @@ def make_examples(symbols: np.ndarray, delay: int) -> dict[str, np.ndarray]:
 
 
 def train_data(config, *, process_index: int = 0,
-               process_count: int = 1) -> common.ShuffledBatches:
+               process_count: int = 1) -> ShuffledBatches:
   """Endless batches ``{"inputs", "targets": <int32>[rows, T + 20], "mask": <f32>[rows]}``
-  of this process's rows of the global batch; see :class:`tasks.common.ShuffledBatches`."""
+  of this process's rows of the global batch; see :class:`tasks.data.ShuffledBatches`."""
   symbols, delay = _symbols("train", config.num_train), config.delay
-  return common.ShuffledBatches(
+  return ShuffledBatches(
       config.num_train, lambda idx: make_examples(symbols[idx], delay),
       seed=config.seed, batch_size=config.batch_size, process_index=process_index,
       process_count=process_count)
 
 
 def eval_data(config, split: str = "test", *, process_index: int = 0,
-              process_count: int = 1) -> list[dict[str, np.ndarray]]:
+              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
   """The ``"test"`` split in batches of ``batch_size`` (padded rows have mask 0)."""
   if split not in EVAL_SPLITS:
     raise ValueError(f"unknown copying split {split!r}; known splits are "
                      f"{list(EVAL_SPLITS)}.")
   symbols, delay = _symbols(split, config.num_test), config.delay
-  return common.eval_batches(
+  return eval_batches(
       config.num_test, lambda idx: make_examples(symbols[idx], delay),
-      batch_size=config.batch_size, max_batches=config.eval_batches,
+      batch_size=config.batch_size, max_batches=None,
       process_index=process_index, process_count=process_count)
 
 
@@ -169,8 +172,9 @@ def eval_data(config, split: str = "test", *, process_index: int = 0,
 
 
 def build_model(config):
-  """A :class:`rumjax.models.SequenceTagger` with one-hot inputs and 9 output classes."""
-  return build_sequence_model(config, "tagger", VOCAB_SIZE, NUM_CLASSES)
+  """``config.model`` (a :class:`rumjax.models.SequenceTagger`: one-hot inputs, 9 output
+  classes)."""
+  return models.build_model(config.model, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES)
 
 
 def loss_and_metrics(logits, batch):
@@ -187,8 +191,8 @@ def loss_and_metrics(logits, batch):
   """
   targets = batch["targets"]
   rows, length = targets.shape
-  mask = common.batch_mask(batch, rows)
-  ce = common.cross_entropy(logits, targets)
+  mask = metrics.batch_mask(batch, rows)
+  ce = metrics.cross_entropy(logits, targets)
   ce_sum = jnp.sum(ce * mask[:, None])
   steps = jnp.sum(mask) * length
   loss = ce_sum / jnp.maximum(steps, 1.0)
@@ -202,7 +206,7 @@ def loss_and_metrics(logits, batch):
   }
 
 
-def decode(tokens) -> str:
+def to_text(tokens) -> str:
   """A readable sequence: data symbols as digits, ``_`` for blank, ``:`` for the marker."""
   return "".join("_" if t == BLANK else ":" if t == MARKER else str(int(t))
                  for t in np.asarray(tokens))

@@ -23,14 +23,14 @@ RUM ``lam=1``, ``eta=None``); ``default_config()`` is ``T30`` with few steps.
 
 import functools
 import string
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from rumjax.models import build_sequence_model
+from rumjax import metrics, models
 from tasks import common
+from tasks.data import ShuffledBatches, eval_batches
 
 NAME = "recall"
 VARIANTS = ("T30", "T50")
@@ -61,9 +61,7 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
     raise ValueError(f"unknown recall variant {variant!r}; known variants are "
                      f"{list(VARIANTS)} (or None for the small T30 default).")
   c = common.base_config(NAME, variant)
-  c.cell = "rum"
-  c.lam = 1
-  c.hidden_size = 50
+  c.model = common.cell_model_config("classifier", cell="rum", lam=1, hidden_size=50)
   c.optimizer = "rmsprop"
   c.learning_rate = 1e-3
   c.rmsprop_decay = 0.9
@@ -72,23 +70,28 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c.num_train = 100_000
   c.num_dev = 10_000
   c.num_test = 20_000
-  c.eval_batches = -(-c.num_test // c.batch_size)  # whole dev and test sets
   if variant is None:
     c.num_steps = 1000
     c.eval_every = 250
     c.checkpoint_every = 500
-    c.eval_batches = 20
+    during = 20
   else:
     c.num_steps = 100_000
     c.eval_every = 1000
     c.checkpoint_every = 5000
+    during = 0
+  # Dev every eval_every steps and at the end (its first 20 batches in the small
+  # setting), the whole test set at the end.
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), during)
+  c.evals.test = common.eval_entry("test", 0)
   return c
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
   common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config)
+  common.validate_common(config, EVAL_SPLITS)
+  common.validate_cell_model(config.model)
   length = common.check_int(config, "length", 2)
   if length % 2 or length > MAX_LENGTH:
     raise ValueError(f"config.length={length} must be even and <= {MAX_LENGTH} "
@@ -133,44 +136,44 @@ def _take(data, idx):
 
 
 def train_data(config, *, process_index: int = 0,
-               process_count: int = 1) -> common.ShuffledBatches:
+               process_count: int = 1) -> ShuffledBatches:
   """Endless batches ``{"inputs": <int32>[rows, T + 3], "targets": <int32>[rows],
-  "mask": <f32>[rows]}``; see :class:`tasks.common.ShuffledBatches`."""
+  "mask": <f32>[rows]}``; see :class:`tasks.data.ShuffledBatches`."""
   data = _split("train", config.length, config.num_train)
-  return common.ShuffledBatches(
+  return ShuffledBatches(
       config.num_train, lambda idx: _take(data, idx), seed=config.seed,
       batch_size=config.batch_size, process_index=process_index,
       process_count=process_count)
 
 
 def eval_data(config, split: str, *, process_index: int = 0,
-              process_count: int = 1) -> list[dict[str, np.ndarray]]:
-  """The ``"dev"`` or ``"test"`` split in batches of ``batch_size`` (at most
-  ``eval_batches``; padded rows have mask 0)."""
+              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """The ``"dev"`` or ``"test"`` split in batches of ``batch_size`` (padded rows have
+  mask 0)."""
   if split not in EVAL_SPLITS:
     raise ValueError(f"unknown recall split {split!r}; known splits are "
                      f"{list(EVAL_SPLITS)}.")
   num = config[f"num_{split}"]
   data = _split(split, config.length, num)
-  return common.eval_batches(
+  return eval_batches(
       num, lambda idx: _take(data, idx), batch_size=config.batch_size,
-      max_batches=config.eval_batches, process_index=process_index,
+      max_batches=None, process_index=process_index,
       process_count=process_count)
 
 
-def decode(tokens) -> str:
+def to_text(tokens) -> str:
   """Tokens to text, e.g. ``"c1a7d3b3??d"``."""
   return "".join(VOCAB[int(t)] for t in np.asarray(tokens))
 
 
 def encode(text: str) -> np.ndarray:
-  """Text to tokens <int32>[len(text)] (inverse of :func:`decode`)."""
+  """Text to tokens <int32>[len(text)] (inverse of :func:`to_text`)."""
   return np.array([VOCAB.index(ch) for ch in text], np.int32)
 
 
 def answer(tokens) -> int:
   """The correct answer of one sequence, by reading it (a slow reference)."""
-  text = decode(tokens)
+  text = to_text(tokens)
   key = text[-1]
   return int(text[text.index(key) + 1])
 
@@ -179,24 +182,10 @@ def answer(tokens) -> int:
 
 
 def build_model(config):
-  """A :class:`rumjax.models.SequenceClassifier`: one-hot inputs, 10 output classes."""
-  return build_sequence_model(config, "classifier", VOCAB_SIZE, NUM_CLASSES)
+  """``config.model`` (a :class:`rumjax.models.SequenceClassifier`: one-hot inputs, 10
+  output classes)."""
+  return models.build_model(config.model, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES)
 
 
-def loss_and_metrics(logits, batch):
-  """Mean cross-entropy of the answer digit, and metrics as ``(sum, count)`` pairs.
-
-  Args:
-    logits: <float>[batch, 10].
-    batch: ``{"targets": <int>[batch], "mask"?: <float>[batch], ...}``.
-
-  Returns:
-    ``(loss, {"loss": (ce_sum, n), "accuracy": (correct, n)})`` with ``n`` the number
-    of real (mask 1) rows.
-  """
-  targets = batch["targets"]
-  mask = common.batch_mask(batch, targets.shape[0])
-  ce_sum = jnp.sum(common.cross_entropy(logits, targets) * mask)
-  n = jnp.sum(mask)
-  correct = jnp.sum((jnp.argmax(logits, axis=-1) == targets) * mask)
-  return ce_sum / jnp.maximum(n, 1.0), {"loss": (ce_sum, n), "accuracy": (correct, n)}
+# Mean cross-entropy of the answer digit and accuracy, as (sum, count) pairs.
+loss_and_metrics = metrics.classification_loss_and_metrics

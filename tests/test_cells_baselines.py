@@ -13,7 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-from rumjax.cells import make_cell, modrelu
+from rumjax.cells import cell_fields, make_cell, modrelu
+from rumjax.cells.base import RecurrentCell, check_probability, zoneout
 from rumjax.cells.eurnn import eunn_apply, eunn_matrix, eunn_num_angles
 from rumjax.cells.urnn import cayley_step, make_urnn_optimizer, stiefel_labels
 
@@ -353,3 +354,54 @@ def test_parameter_counts_at_the_recall_configuration(capsys):
     assert _num_params(name, nx, n, **kwargs) == count, key
     with capsys.disabled():
       print(f"  {key:11s} cell {count:6d}   with output {count + output:6d}")
+
+
+# ------------------------------------- the shared base (carry, dtype promotion, zoneout)
+
+
+@pytest.mark.parametrize("name", CELLS)
+def test_base_carry_dtype_and_field_order(name):
+  cell = make_cell(name, 6)
+  assert isinstance(cell, RecurrentCell) and cell.num_feature_axes == 1
+  assert cell_fields(name)[0] == "features"
+  assert {"dtype", "param_dtype", "carry_init"} <= set(cell_fields(name))
+  assert type(cell)(6).features == 6  # features is the first positional field
+  carry = cell.initialize_carry(jax.random.key(0), (2, B, NX))
+  expected = {"fwln": ((2, B, 6, 6), (2, B, 6)), "lnlstm": ((2, B, 6), (2, B, 6))}.get(
+      name, (2, B, 6))
+  assert jax.tree.map(lambda a: a.shape, carry, is_leaf=lambda a: hasattr(a, "shape")) \
+      == expected
+  assert all(not np.any(a) for a in jax.tree.leaves(carry))  # zeros
+  # dtype: computation in bfloat16, parameters and the initial carry in float32.
+  low = make_cell(name, 6, dtype=jnp.bfloat16)
+  x = _xs(15)[:, 0]
+  carry = low.initialize_carry(jax.random.key(0), x.shape)
+  variables = low.init(jax.random.key(0), carry, x)
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(variables))
+  new_carry, y = low.apply(variables, carry, x)
+  assert y.dtype == jnp.bfloat16
+  assert all(a.dtype == jnp.bfloat16 for a in jax.tree.leaves(new_carry))
+
+
+class _Zoneout(nn.Module):
+  rate: float
+  deterministic: bool
+
+  def __call__(self, prev, new):
+    return zoneout(self, self.rate, prev, new, deterministic=self.deterministic)
+
+
+def test_zoneout_helper():
+  rng = np.random.default_rng(16)
+  prev, new = (jnp.asarray(rng.normal(size=(64, 32)), jnp.float32) for _ in range(2))
+  # Evaluation: the expectation rate * prev + (1 - rate) * new; rate 0 needs no RNG.
+  got = _Zoneout(0.3, True).apply({}, prev, new)
+  np.testing.assert_allclose(got, 0.3 * np.asarray(prev) + 0.7 * np.asarray(new), rtol=1e-6)
+  np.testing.assert_array_equal(_Zoneout(0.0, False).apply({}, prev, new), new)
+  # Training: each unit is either its previous or its new value, previous w.p. rate.
+  got = np.asarray(_Zoneout(0.3, False).apply({}, prev, new,
+                                              rngs={"dropout": jax.random.key(3)}))
+  kept, updated = got == np.asarray(prev), got == np.asarray(new)
+  assert np.all(kept | updated) and abs(kept.mean() - 0.3) < 0.05
+  with pytest.raises(ValueError, match="zoneout_c=1.0 must be a probability"):
+    check_probability("zoneout_c", 1.0)

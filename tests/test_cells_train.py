@@ -13,9 +13,11 @@ from rumjax import cells, training
 def _tiny(task_name, cell):
   task = tasks.get_task(task_name)
   config = task.default_config()
-  config.update(dict(cell=cell, hidden_size=8, batch_size=8, num_steps=3, eval_every=0,
-                     checkpoint_every=0, log_every=1, eval_batches=1, num_train=64,
-                     num_test=8))
+  config.update(dict(batch_size=8, num_steps=3, eval_every=0, checkpoint_every=0,
+                     log_every=1, num_train=64, num_test=8))
+  config.model.update(dict(cell=cell, hidden_size=8))
+  for entry in config.evals.values():
+    entry.batches = 1
   if task_name == "copying":
     config.delay = 3
   else:

@@ -16,9 +16,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny associative-recall run: fast to compile, same code path as the paper's.
-TINY = ["--task=recall", "--batch_size=8", "--config.length=6", "--config.hidden_size=8",
-        "--config.num_train=256", "--config.num_dev=16", "--config.num_test=16",
-        "--config.eval_batches=1", "--eval_every=0", "--checkpoint_every=1000"]
+TINY = ["--task=recall", "--batch_size=8", "--config.length=6",
+        "--config.model.hidden_size=8", "--config.num_train=256", "--config.num_dev=16",
+        "--config.num_test=16", "--config.evals.eval.batches=1", "--eval_every=0",
+        "--checkpoint_every=1000"]
 
 
 def _env(devices=1):
@@ -81,13 +82,18 @@ def test_help_documents_every_flag():
 
 @pytest.mark.parametrize("args,message", [
     (["--task=copyng"], "unknown task 'copyng'; known tasks are ['babi', 'copying', 'recall'"),
-    (["--cell=rnm"], "config.cell='rnm' is unknown; known cells are ['eurnn'"),
-    (["--config.lam=2"], "lam"),
+    (["--cell=rnm"], "config.model.cell: unknown cell 'rnm'; known cells are ['eurnn'"),
+    (["--config.model.lam=2"], "config.model.lam"),
+    (["--config.nosuchfield=3"], "unknown config field 'nosuchfield' (top-level fields: "),
+    (["--config.learning_rat=3"], "unknown config field 'learning_rat' (closest: "
+                                  "learning_rate"),
+    (["--config.evals.eval.type=beam"], "config.evals.eval.type: unknown evaluator 'beam'"),
 ])
 def test_bad_input_exits_nonzero_with_a_clear_message(tmp_path, args, message):
   proc = _run(str(tmp_path / "bad"), *args, "--steps=2", check=False)
   assert proc.returncode != 0
   assert message in proc.stderr, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
   assert not os.path.exists(tmp_path / "bad" / "checkpoints")
 
 

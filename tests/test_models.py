@@ -1,5 +1,6 @@
 """Sequence models built from cells by name: shapes, modes, lengths, and a little learning."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -77,8 +78,8 @@ def test_classifier_reads_the_last_real_step():
 
 
 def test_build_sequence_model_takes_cell_options_from_the_config():
-  c = ml_collections.ConfigDict(dict(cell="rum", hidden_size=12, lam=1, eta=2.0,
-                                     activation="tanh", dropout_rate=0.3))
+  c = ml_collections.ConfigDict(dict(name="tagger", cell="rum", hidden_size=12, lam=1,
+                                     eta=2.0, activation="tanh", dropout_rate=0.3))
   model = models.build_sequence_model(c, "tagger", vocab_size=V, num_classes=4)
   assert isinstance(model, models.SequenceTagger) and model.embed_dim is None
   assert (model.cell.features, model.cell.lam, model.cell.eta, model.cell.activation) == (
@@ -90,11 +91,24 @@ def test_build_sequence_model_takes_cell_options_from_the_config():
     models.build_sequence_model(c, "lm", vocab_size=V, num_classes=2)
 
 
+def test_model_registry_builds_by_name():
+  c = ml_collections.ConfigDict(dict(name="classifier", cell="gru", hidden_size=5,
+                                     embed_dim=3, lam=1))
+  model = models.build_model(c, vocab_size=V, num_classes=2)
+  assert isinstance(model, models.SequenceClassifier) and model.embed_dim == 3
+  assert isinstance(model.cell, nn.GRUCell) and model.cell.features == 5
+  assert models.MODELS.get("sentence_qa").__name__ == "SentenceQA"
+  with pytest.raises(ValueError, match="did you mean 'tagger'"):
+    models.build_model(dict(c, name="tager"), vocab_size=V, num_classes=2)
+  with pytest.raises(ValueError, match=r"no field\(s\) \['nope'\]"):
+    models.build_model(c, vocab_size=V, num_classes=2, nope=1)
+
+
 @pytest.mark.parametrize("task_name", ["copying", "recall"])
 def test_task_models_have_the_task_shapes(task_name):
   task = tasks.get_task(task_name)
   c = task.default_config()
-  c.hidden_size, c.batch_size = 8, 4
+  c.model.hidden_size, c.batch_size = 8, 4
   batch = next(task.train_data(c))
   model = task.build_model(c)
   variables = jax.eval_shape(model.init, jax.random.key(0), batch)
@@ -108,8 +122,8 @@ def test_task_models_have_the_task_shapes(task_name):
 
 
 TINY = {
-    "copying": dict(delay=3, hidden_size=16, batch_size=16, num_train=200),
-    "recall": dict(length=4, hidden_size=16, batch_size=32, num_train=500),
+    "copying": dict(delay=3, batch_size=16, num_train=200),
+    "recall": dict(length=4, batch_size=32, num_train=500),
 }
 
 
@@ -118,6 +132,7 @@ def test_a_few_dozen_steps_lower_the_loss(task_name, steps):
   task = tasks.get_task(task_name)
   c = task.default_config()
   c.update(TINY[task_name])
+  c.model.hidden_size = 16
   task.validate_config(c)
   model, data = task.build_model(c), task.train_data(c)
   params = model.init(jax.random.key(0), next(data))["params"]

@@ -1,6 +1,7 @@
-"""``launch.reproduce`` and ``launch.plot`` with tiny budgets: one copying and one recall
-experiment with two models each, in-process (same code path as the CLI), then resuming,
-the wall-clock budget, the plots from checkpoints, and the command lines."""
+"""``launch.reproduce`` (:mod:`rumjax.experiments` with the experiments of
+:mod:`tasks.configs`) with tiny settings: one copying and one recall experiment with two
+models each, in-process (the code path of the CLI); resuming, the wall-clock budget, the
+plots from checkpoints, and the command lines."""
 
 import json
 import os
@@ -11,13 +12,14 @@ import numpy as np
 import pytest
 
 import tasks
-from launch import plot as plot_lib
-from launch import reproduce
-from rumjax import analysis
+from rumjax import analysis, experiments, plotting
+from tasks.configs import EXPERIMENTS
+from tasks.configs import recall as recall_configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODELS = ["rum_lam1", "gru"]
+TINY = experiments.Options(tiny=True, steps=3, eval_every=2, log_every=1)
 
 
 def _assert_png(path):
@@ -28,37 +30,53 @@ def _assert_png(path):
   assert os.path.getsize(path) > 5000, path   # a drawn figure, not an empty canvas
 
 
+def _lines(path):
+  with open(path) as f:
+    return f.read().splitlines()
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("repro"))
-  options = reproduce.Options(tiny=True, steps=3, log_every=1)
   lines = []
-  out = {name: reproduce.run_experiment(name, root, MODELS, options, log=lines.append)
+  out = {name: experiments.run_experiment(EXPERIMENTS[name], root, MODELS, TINY,
+                                          log=lines.append)
          for name in ("copying_T200", "recall_T30")}
   return root, out, lines
 
 
 def _check_common(root, summary, name):
-  assert summary["experiment"] == name
-  assert set(summary["models"]) == set(MODELS)
+  assert summary["experiment"] == name and summary["variant"] == name.split("_")[1]
+  assert list(summary["models"]) == MODELS
   hw = summary["hardware"]
   assert hw["platform"] == "cpu" and hw["cpu_count"] >= 1
   for key, r in summary["models"].items():
-    assert r["steps"] == 3 and r["target_steps"] == 3 and r["status"] == "ok", r
-    assert r["tiny"] and r["hidden_size"] == 8 and r["num_params"] > 0
-    assert r["wall_sec_total"] > 0 and len(r["invocations"]) == 1
+    assert r["model"] == key and r["label"] == EXPERIMENTS[name].models[key][0]
+    assert (r["steps"], r["target_steps"], r["status"], r["error"]) == (3, 3, "ok", None)
+    assert r["tiny"] and r["config"]["model"]["hidden_size"] == 8 and r["num_params"] > 0
+    assert r["config"]["num_steps"] == 3 and r["config"]["eval_every"] == 2
+    assert r["wall_sec_total"] > 0 and r["cpu_sec_total"] > 0
+    assert [(i["steps_from"], i["steps_to"], i["status"]) for i in r["invocations"]] == [
+        (0, 3, "ok")]
     assert r["hardware"]["cpu_count"] == hw["cpu_count"]
     assert 0.0 <= r["metrics"]["test_accuracy"] <= 1.0
     assert np.isfinite(r["metrics"]["test_loss"]) and r["metrics"]["test_loss"] > 0
+    assert np.isfinite(r["metrics"]["train_loss"])
     model_dir = os.path.join(root, name, key)
     for f in ("config.json", "metrics.jsonl", "params.npz", "result.json"):
       assert os.path.exists(os.path.join(model_dir, f)), f
+    # One loop invocation, compiled once: checkpoints every eval_every steps and at the end.
+    assert analysis.checkpoint_steps(model_dir) == [2, 3]
   with open(os.path.join(root, name, "results.json")) as f:
-    assert json.load(f)["models"].keys() == summary["models"].keys()
+    on_disk = json.load(f)
+  assert on_disk["models"].keys() == summary["models"].keys()
+  assert on_disk["models"]["gru"]["metrics"] == summary["models"]["gru"]["metrics"]
   _assert_png(os.path.join(root, name, f"{name}.png"))
   with open(os.path.join(root, name, "results.md")) as f:
     table = f.read()
-  assert "RUM" in table and "GRU" in table
+  assert f"### {name}" in table and "| ok |" in table
+  for r in summary["models"].values():
+    assert f"| {r['label']} | {r['num_params']} | 3 |" in table
 
 
 def test_copying(runs):
@@ -66,25 +84,42 @@ def test_copying(runs):
   summary = out["copying_T200"]
   _check_common(root, summary, "copying_T200")
   baseline = tasks.get_task("copying").memoryless_baseline(10)   # --tiny: delay 10
-  assert summary["memoryless_baseline"] == pytest.approx(baseline)
   for r in summary["models"].values():
     assert r["metrics"]["test_memoryless_baseline"] == pytest.approx(baseline)
-    assert r["test_loss_over_baseline"] == pytest.approx(r["metrics"]["test_loss"] / baseline)
-    assert r["paper"]
-  assert summary["models"]["gru"]["hidden_size"] == 8
-  assert any('"copying_T200"' in line for line in lines)
+    assert r["paper"]["note"]
+    # The test set (the periodic evaluator) at step 2 and at the end.
+    records = analysis.read_jsonl(os.path.join(root, "copying_T200", r["model"],
+                                               "metrics.jsonl"))
+    assert [x["step"] for x in records if "test_accuracy" in x] == [2, 3]
+  assert summary["models"]["gru"]["config"]["model"]["cell"] == "gru"
+  with open(os.path.join(root, "copying_T200", "results.md")) as f:
+    table = f.read()
+  assert f"Memoryless baseline: {baseline:.4f}." in table
+  assert "stays at the memoryless baseline" in table
+  logged = [json.loads(line) for line in lines]
+  assert [(x["experiment"], x["model"], x["status"]) for x in logged] == [
+      ("copying_T200", "rum_lam1", "ok"), ("copying_T200", "gru", "ok"),
+      ("recall_T30", "rum_lam1", "ok"), ("recall_T30", "gru", "ok")]
+  assert all("test_accuracy" in x for x in logged)
 
 
 def test_recall(runs):
   root, out, _ = runs
   summary = out["recall_T30"]
   _check_common(root, summary, "recall_T30")
-  rum = summary["models"]["rum_lam1"]
-  assert rum["paper_test_accuracy_pct"] == 100.0 and rum["paper_params"] == "13k"
-  assert summary["models"]["gru"]["paper_test_accuracy_pct"] == 21.5
-  assert rum["lam"] == 1 and rum["eta"] is None
-  # The final evaluation covers the whole (tiny) test set.
-  assert "eval_accuracy" in rum["metrics"]
+  rum, gru = summary["models"]["rum_lam1"], summary["models"]["gru"]
+  assert rum["paper"] == {"test_accuracy_pct": 100.0, "params": "13k"}
+  assert gru["paper"]["test_accuracy_pct"] == 21.5
+  assert rum["config"]["model"]["lam"] == 1 and rum["config"]["model"]["eta"] is None
+  # Dev on at most --eval_batches_during batches every eval_every steps; test at the end.
+  assert rum["config"]["evals"]["eval"]["batches"] == 8
+  assert rum["config"]["evals"]["test"] == {**rum["config"]["evals"]["test"], "every": 0,
+                                            "batches": 0}
+  assert {"eval_accuracy", "test_accuracy", "test_loss"} <= set(rum["metrics"])
+  records = analysis.read_jsonl(os.path.join(root, "recall_T30", "rum_lam1",
+                                             "metrics.jsonl"))
+  assert [x["step"] for x in records if "eval_accuracy" in x] == [2, 3]
+  assert [x["step"] for x in records if "test_accuracy" in x] == [3]
 
 
 @pytest.mark.parametrize("name,length", [("copying_T200", 30), ("recall_T30", 9)])
@@ -93,69 +128,106 @@ def test_rum_outputs_and_plot(runs, tmp_path, name, length):
   model_dir = os.path.join(root, name, "rum_lam1")
   _assert_png(os.path.join(model_dir, "kernel_tau.png"))
   _assert_png(os.path.join(model_dir, "cos_theta.png"))
-  recorded = plot_lib.read_cos_records(model_dir)
-  assert sorted(recorded) == [0, 3]
-  for cos in recorded.values():
+  # cos(theta) per time step: at the start, every eval_every steps and at the end.
+  rows = [json.loads(line) for line in _lines(os.path.join(model_dir, "cos_theta.jsonl"))]
+  assert [r["step"] for r in rows] == [0, 2, 3]
+  for r in rows:
+    cos = np.asarray(r["cos_mean"])
     assert cos.shape == (length,) and np.all(np.abs(cos) <= 1.0 + 1e-6)
+  assert not np.allclose(rows[0]["cos_mean"], rows[2]["cos_mean"])   # training moved it
   assert not os.path.exists(os.path.join(root, name, "gru", "cos_theta.jsonl"))
-  # The checkpoints give the same parameters and cos(theta) as recorded during training.
+  # The checkpoints give the same cos(theta) as recorded during training.
+  recorded = analysis.read_cos_records(model_dir)
   with open(os.path.join(model_dir, "config.json")) as f:
     config = json.load(f)
-  from_ckpt = plot_lib.cos_from_checkpoints(model_dir, config)
-  assert sorted(from_ckpt) == [0, 3]
-  np.testing.assert_allclose(from_ckpt[3], recorded[3], atol=1e-5)
+  from_ckpt = analysis.cos_from_checkpoints(model_dir, tasks.get_task(config["task"]),
+                                            config)
+  assert sorted(from_ckpt) == [2, 3]
+  for step in (2, 3):
+    np.testing.assert_allclose(from_ckpt[step], recorded[step], atol=1e-5)
   step, params = analysis.load_checkpoint_params(model_dir)
   _, npz = analysis.load_params(os.path.join(model_dir, "params.npz"))
   assert step == 3
   kernel = analysis.target_kernel(analysis.find_rum_params(params)[1])
   assert kernel.shape == (8, 8)
   np.testing.assert_array_equal(kernel, npz["rnn"]["cell"]["kernel_h"][:, :8])
-  # launch.plot on a chosen checkpoint (instead of params.npz) into another folder.
-  paths = plot_lib.plot_rum_model(model_dir, out_dir=str(tmp_path), step=0)
+  # launch.plot's function on a chosen checkpoint (instead of params.npz), elsewhere.
+  paths = plotting.plot_rum_model(model_dir, out_dir=str(tmp_path), step=2)
   assert [os.path.basename(p) for p in paths] == ["kernel_tau.png", "cos_theta.png"]
   for p in paths:
     _assert_png(p)
 
 
-def test_resume_and_budget(runs):
-  root, _, _ = runs
-  # Resume from step 3 to 4: a second invocation is recorded.
-  more = reproduce.Options(tiny=True, steps=4)
-  r = reproduce.run_experiment("recall_T30", root, ["gru"], more,
-                               log=lambda _: None)["models"]["gru"]
-  assert r["steps"] == 4 and r["status"] == "ok"
-  assert [(i["steps_from"], i["steps_to"]) for i in r["invocations"]] == [(0, 3), (3, 4)]
-  # A zero budget stops before any training step; the model keeps its step and results.
-  none = reproduce.Options(tiny=True, steps=50, budget_minutes=0.0)
-  r = reproduce.run_experiment("recall_T30", root, ["gru"], none,
-                               log=lambda _: None)["models"]["gru"]
-  assert r["steps"] == 4 and r["status"] == "budget" and r["target_steps"] == 50
-  assert len(r["invocations"]) == 3 and 0.0 <= r["metrics"]["test_accuracy"] <= 1.0
-  # The other model's results are still in the experiment's results.
-  with open(os.path.join(root, "recall_T30", "results.json")) as f:
-    assert set(json.load(f)["models"]) == set(MODELS)
+def test_resume_when_finished_does_nothing(runs):
+  root, out, _ = runs
+  model_dir = os.path.join(root, "recall_T30", "rum_lam1")
+  files = ("result.json", "metrics.jsonl", "cos_theta.jsonl")
+  before = {f: _lines(os.path.join(model_dir, f)) for f in files}
+  lines = []
+  again = experiments.run_experiment(EXPERIMENTS["recall_T30"], root, MODELS, TINY,
+                                     log=lines.append)
+  for f in files:
+    assert _lines(os.path.join(model_dir, f)) == before[f], f
+  for key in MODELS:
+    assert again["models"][key]["invocations"] == out["recall_T30"]["models"][key][
+        "invocations"]
+  assert analysis.checkpoint_steps(model_dir) == [2, 3]
+  assert [json.loads(line)["steps"] for line in lines] == [3, 3]
+
+
+def test_resume_and_budget(tmp_path):
+  root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
+  run = lambda **kw: experiments.run_experiment(
+      exp, root, ["gru"], experiments.Options(tiny=True, eval_every=2, **kw),
+      log=lambda _: None)["models"]["gru"]
+  r = run(steps=2)
+  assert (r["steps"], r["status"]) == (2, "ok")
+  # A tiny budget: one more step, then the final evaluation, status "budget".
+  r = run(steps=50, budget_minutes=1e-5)
+  assert (r["steps"], r["target_steps"], r["status"]) == (3, 50, "budget")
+  assert [(i["steps_from"], i["steps_to"], i["status"], i["budget_minutes"])
+          for i in r["invocations"]] == [(0, 2, "ok", None), (2, 3, "budget", 1e-5)]
+  assert 0.0 <= r["metrics"]["test_accuracy"] <= 1.0
+  assert r["wall_sec_total"] == pytest.approx(sum(i["wall_sec"] for i in r["invocations"]))
+  # A budget stop is resumed: on to the target.
+  r = run(steps=4)
+  assert (r["steps"], r["status"], len(r["invocations"])) == (4, "ok", 3)
+  with open(os.path.join(root, "recall_T30", "results.md")) as f:
+    assert "| GRU |" in f.read()
 
 
 def test_configs_of_the_paper():
-  copying = reproduce.EXPERIMENTS["copying_T500"]
-  assert [m.key for m in copying.models] == ["rum_lam1", "rum_lam1_eta1", "rum_lam0",
-                                             "lstm", "gru", "eurnn", "goru"]
-  cfg = {m.key: reproduce.make_config(copying, m) for m in copying.models}
-  assert cfg["rum_lam1"].hidden_size == 100 and cfg["rum_lam0"].hidden_size == 250
-  assert cfg["rum_lam1_eta1"].eta == 1.0 and cfg["rum_lam1"].eta is None
+  assert sorted(EXPERIMENTS) == ["copying_T1000", "copying_T200", "copying_T500",
+                                 "recall_T30", "recall_T50"]
+  copying = EXPERIMENTS["copying_T500"]
+  assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
+                                  "eurnn", "goru"]
+  cfg = {k: experiments.model_config(copying, k) for k in copying.models}
+  assert cfg["rum_lam1"].model.hidden_size == 100 and cfg["rum_lam0"].model.hidden_size == 250
+  assert cfg["rum_lam1_eta1"].model.eta == 1.0 and cfg["rum_lam1"].model.eta is None
   assert cfg["eurnn"].learning_rate == 1e-4 and cfg["gru"].learning_rate == 1e-3
-  assert all(c.delay == 500 and c.batch_size == 128 for c in cfg.values())
-  recall = reproduce.EXPERIMENTS["recall_T50"]
-  cfg = {m.key: reproduce.make_config(recall, m) for m in recall.models}
-  assert set(cfg) == set(reproduce.PAPER_RECALL)
-  assert all(c.hidden_size == 50 and c.length == 50 for c in cfg.values())
-  assert cfg["fwln"].cell == "fwln" and cfg["rum_lam0"].lam == 0
-  assert reproduce.parse_sets(["learning_rate=3e-3", "eta=None", "cell=gru"]) == {
-      "learning_rate": 3e-3, "eta": None, "cell": "gru"}
-  with pytest.raises(ValueError, match="no field 'nope'"):
-    reproduce.make_config(recall, recall.models[0], sets={"nope": 1})
+  assert all(c.delay == 500 and c.batch_size == 128 and c.num_steps == 10_000
+             and c.checkpoint_every == c.eval_every == 250 for c in cfg.values())
+  recall = EXPERIMENTS["recall_T50"]
+  cfg = {k: experiments.model_config(recall, k) for k in recall.models}
+  assert set(cfg) == set(recall_configs.TABLE1)
+  assert all(c.model.hidden_size == 50 and c.length == 50 for c in cfg.values())
+  assert cfg["fwln"].model.cell == "fwln" and cfg["rum_lam0"].model.lam == 0
+  assert recall.paper["rum_lam1_eta1"] == {"test_accuracy_pct": 83.7, "params": "13k"}
+  options = experiments.Options(steps=7, eval_every=5, seed=3, eval_batches_during=2,
+                                sets=experiments.parse_overrides(["model.eta=1.0"]))
+  c = experiments.model_config(recall, "gru", options)
+  assert (c.num_steps, c.eval_every, c.checkpoint_every, c.seed) == (7, 5, 5, 3)
+  assert c.model.eta == 1.0 and c.evals.eval.every == 5 and c.evals.eval.batches == 2
+  assert experiments.parse_overrides(["learning_rate=3e-3", "model.eta=None",
+                                      "model.cell=gru"]) == {
+      "learning_rate": 3e-3, "model.eta": None, "model.cell": "gru"}
+  with pytest.raises(ValueError, match="unknown config field 'nope'"):
+    experiments.model_config(recall, "gru", experiments.Options(sets={"nope": 1}))
   with pytest.raises(ValueError, match="unknown model"):
-    reproduce.select_models(recall, ["rum_lam7"])
+    experiments.select_models(recall, ["rum_lam7"])
+  with pytest.raises(ValueError, match="budget_minutes=0"):
+    experiments.check_options(experiments.Options(budget_minutes=0))
 
 
 def test_command_lines(runs, tmp_path):

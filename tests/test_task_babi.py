@@ -158,11 +158,13 @@ def test_malformed_file_through_the_builder(tmp_path):
 # ------------------------------------------------------------------------ task and models
 
 
-def _config(fixture_dirs, variant=None, **overrides):
+def _config(fixture_dirs, variant=None, lam=None, **overrides):
   config = babi.default_config(variant)
   config.update(manual_dir=fixture_dirs["manual_dir"], data_dir=fixture_dirs["data_dir"],
-                batch_size=2, hidden_size=8, embed_dim=4, num_steps=3, eval_every=2,
-                checkpoint_every=0, log_every=1, eval_batches=4)
+                batch_size=2, num_steps=3, eval_every=2, checkpoint_every=0, log_every=1)
+  config.model.update(hidden_size=8, embed_dim=4)
+  if lam is not None:
+    config.model.lam = lam
   config.update(overrides)
   babi.validate_config(config)
   return config
@@ -176,21 +178,27 @@ def test_encoding_and_batches(fixture_dirs):
   arrays = data.splits["train"]
   # "mary moved to the bathroom . john went to the hallway . where is mary ?": 16 tokens.
   assert arrays["lengths"].tolist() == [16, 29]
-  assert babi.decode(config, {k: v for k, v in arrays.items()}, 0) == (
+  assert babi.to_text(config, {k: v for k, v in arrays.items()}, 0) == (
       "mary moved to the bathroom . john went to the hallway . where is mary ? -> bathroom")
   batch = next(babi.train_data(config))
   assert batch["inputs"].shape == (2, 29) and batch["mask"].tolist() == [1.0, 1.0]
   sentence = _config(fixture_dirs, "sentence")
   s = babi.encoded(sentence).splits["train"]
   assert s["story_lengths"].tolist() == [2, 4] and s["story"].shape[2] == 7
-  evals = babi.eval_data(sentence, "test")
+  evals = list(babi.eval_data(sentence, "test"))
   assert len(evals) == 1 and evals[0]["mask"].tolist() == [1.0, 0.0]
+  assert evals[0]["subtask"].tolist() == [1, 1]
 
 
-def test_attention_config_needs_sentence_level():
+def test_level_and_model_must_agree():
   config = babi.default_config()
-  config.attention = True
-  with pytest.raises(ValueError, match="config.attention"):
+  config.level = "sentence"
+  with pytest.raises(ValueError, match="config.model.name='sentence_qa'"):
+    babi.validate_config(config)
+  config = babi.default_config("sentence_attention")
+  assert config.model.name == "sentence_qa" and config.model.attention is True
+  config.model.name = "classifier"
+  with pytest.raises(ValueError, match="config.model.name='sentence_qa'"):
     babi.validate_config(config)
   config = babi.default_config()
   config.babi_task = 21
@@ -277,7 +285,9 @@ def test_sentence_level_trains(fixture_dirs, tmp_path, variant):
   summary = training.train_and_evaluate(config, str(tmp_path / variant), babi)
   assert summary["step"] == 2
   assert np.isfinite(summary["train_loss"])
-  assert {"eval_accuracy", "test_accuracy"} <= set(summary)
+  assert {"eval_accuracy", "test_accuracy", "test_subtask_accuracy_qa1"} <= set(summary)
+  # The fixture's only sub-task: its accuracy is the overall one.
+  assert summary["test_subtask_accuracy_qa1"] == pytest.approx(summary["test_accuracy"])
   names = set(summary["params"])
   assert {"embed", "rnn", "head"} <= names
   assert ("attention_dense" in names) == (variant == "sentence_attention")

@@ -15,7 +15,6 @@ from tasks import copying
 def small_config(**overrides):
   c = copying.default_config()
   c.delay, c.batch_size, c.num_train, c.num_test = 5, 8, 50, 21
-  c.eval_batches = 10
   c.update(overrides)
   return c
 
@@ -108,7 +107,7 @@ def test_state_resumes_the_same_sequence():
 
 def test_eval_data_covers_the_test_set_once_with_padding():
   c = small_config()
-  batches = copying.eval_data(c, "test")
+  batches = list(copying.eval_data(c, "test"))
   assert len(batches) == 3  # ceil(21 / 8)
   assert all(b["inputs"].shape == (8, 25) for b in batches)
   mask = np.concatenate([b["mask"] for b in batches])
@@ -116,9 +115,8 @@ def test_eval_data_covers_the_test_set_once_with_padding():
   data = np.concatenate([b["inputs"][:, :10] for b in batches])[:21]
   assert len({tuple(r) for r in data}) > 15  # real, mostly distinct examples
   # Fixed data: the same on every call, a different set than the training data.
-  np.testing.assert_array_equal(copying.eval_data(c, "test")[0]["inputs"],
+  np.testing.assert_array_equal(next(copying.eval_data(c, "test"))["inputs"],
                                 batches[0]["inputs"])
-  assert len(copying.eval_data(small_config(eval_batches=2), "test")) == 2
   halves = [copying.eval_data(c, "test", process_index=p, process_count=2) for p in (0, 1)]
   for b, h0, h1 in zip(batches, *halves):
     np.testing.assert_array_equal(np.concatenate([h0["mask"], h1["mask"]]), b["mask"])
@@ -158,9 +156,12 @@ def test_default_configs_validate(variant, delay):
   c = copying.default_config(variant)
   copying.validate_config(c)
   assert c.delay == delay and c.variant == variant and c.task == "copying"
-  assert c.cell == "rum" and c.lam == 1 and c.eta is None and c.hidden_size == 100
+  m = c.model
+  assert m.name == "tagger" and m.cell == "rum" and m.lam == 1 and m.eta is None
+  assert m.hidden_size == 100 and m.embed_dim is None
   assert c.optimizer == "rmsprop" and c.rmsprop_decay == 0.9
-  assert c.eval_batches * c.batch_size >= c.num_test
+  assert c.evals.test.split == "test" and c.evals.test.batches == 0  # the whole test set
+  assert c.evals.test.every == c.eval_every
   if variant:
     assert (c.batch_size, c.learning_rate, c.num_train, c.num_test) == (128, 1e-3, 50_000, 500)
 
@@ -175,10 +176,11 @@ def test_hidden_size_rule():
     ("lam", 2), ("delay", 0), ("batch_size", 0), ("cell", "nope"), ("eta", -1.0),
     ("optimizer", "lamb"), ("grad_clip", -1.0), ("zoneout", 1.0), ("num_train", 0),
     ("hidden_size", 0), ("activation", "gelu"), ("task", "recall"), ("lr_boundaries", [100]),
+    ("name", "nosuchmodel"),
 ])
 def test_validate_config_names_the_field(field, value):
   c = copying.default_config()
-  c[field] = value
+  (c.model if field in c.model else c)[field] = value
   with pytest.raises(ValueError, match=field):
     copying.validate_config(c)
 
@@ -193,3 +195,5 @@ def test_task_registry():
   assert tasks.get_task("copying") is copying
   with pytest.raises(ValueError, match=r"unknown task 'x'; known tasks are \[.*'copying'"):
     tasks.get_task("x")
+  with pytest.raises(ValueError, match="did you mean 'copying'"):
+    tasks.get_task("copyng")

@@ -28,7 +28,7 @@ def test_vocabulary():
   assert recall.VOCAB_SIZE == len(set(recall.VOCAB)) == 37
   text = "c1a7d3b3??d"
   np.testing.assert_array_equal(recall.encode(text), [2, 27, 0, 33, 3, 29, 1, 29, 36, 36, 3])
-  assert recall.decode(recall.encode(text)) == text
+  assert recall.to_text(recall.encode(text)) == text
   assert recall.answer(recall.encode(text)) == 3
 
 
@@ -54,15 +54,15 @@ def test_examples_follow_the_definition(length):
 
 
 def test_the_example_format_of_the_paper():
-  text = recall.decode(recall.generate(10, 1, np.random.default_rng(1))["inputs"][0])
+  text = recall.to_text(recall.generate(10, 1, np.random.default_rng(1))["inputs"][0])
   assert len(text) == 13 and text[10:12] == "??"
   assert text[0:10:2].isalpha() and text[1:10:2].isdigit() and text[-1] in text[0:10:2]
 
 
 def test_splits_are_fixed_and_different():
   c = small_config()
-  dev, test = recall.eval_data(c, "dev"), recall.eval_data(c, "test")
-  np.testing.assert_array_equal(recall.eval_data(c, "dev")[0]["inputs"], dev[0]["inputs"])
+  dev, test = list(recall.eval_data(c, "dev")), list(recall.eval_data(c, "test"))
+  np.testing.assert_array_equal(next(recall.eval_data(c, "dev"))["inputs"], dev[0]["inputs"])
   assert not np.array_equal(dev[0]["inputs"], test[0]["inputs"])
   train = recall._split("train", 8, 50)["inputs"]
   assert not np.array_equal(train[:8], dev[0]["inputs"])
@@ -70,14 +70,13 @@ def test_splits_are_fixed_and_different():
     recall.eval_data(c, "train")
 
 
-def test_eval_data_padding_and_cap():
+def test_eval_data_padding():
   c = small_config()
-  batches = recall.eval_data(c, "test")
+  batches = list(recall.eval_data(c, "test"))
   assert len(batches) == 4  # ceil(30 / 8)
   mask = np.concatenate([b["mask"] for b in batches])
   assert mask.sum() == 30 and np.all(mask[30:] == 0)
   assert all(b["inputs"].shape == (8, 11) and b["targets"].shape == (8,) for b in batches)
-  assert len(recall.eval_data(small_config(eval_batches=2), "test")) == 2
 
 
 def test_train_batches_determinism_sharding_and_resume():
@@ -133,7 +132,13 @@ def test_default_configs_validate(variant, length):
   c = recall.default_config(variant)
   recall.validate_config(c)
   assert c.length == length and c.variant == variant and c.task == "recall"
-  assert (c.cell, c.lam, c.eta, c.hidden_size) == ("rum", 1, None, 50)
+  m = c.model
+  assert (m.name, m.cell, m.lam, m.eta, m.hidden_size) == ("classifier", "rum", 1, None, 50)
+  # Dev during training and at the end (a few batches in the small setting), whole test
+  # set at the end.
+  assert (c.evals.eval.split, c.evals.eval.at_end) == ("dev", True)
+  assert c.evals.eval.batches == (20 if variant is None else 0)
+  assert (c.evals.test.batches, c.evals.test.every) == (0, 0)
   assert (c.optimizer, c.learning_rate, c.batch_size) == ("rmsprop", 1e-3, 128)
   assert (c.num_train, c.num_dev, c.num_test) == (100_000, 10_000, 20_000)
 
@@ -144,6 +149,6 @@ def test_default_configs_validate(variant, length):
 ])
 def test_validate_config_names_the_field(field, value):
   c = recall.default_config()
-  c[field] = value
+  (c.model if field in c.model else c)[field] = value
   with pytest.raises(ValueError, match=field):
     recall.validate_config(c)

@@ -115,14 +115,15 @@ def test_init_from_a_pretrained_run(tmp_path):
                                 str(tmp_path / "x"), toy_task)
 
 
-def test_task_evaluator_is_called(tmp_path, monkeypatch):
-  calls = []
-
-  def evaluate(config, params, split):
-    calls.append(split)
-    return {"decoded": 0.5}
-
-  monkeypatch.setattr(toy_task, "evaluate", evaluate, raising=False)
-  summary = training.train_and_evaluate(_config(num_steps=4, eval_every=2),
-                                        str(tmp_path), toy_task)
-  assert summary["eval_decoded"] == 0.5 and calls == ["dev", "dev"]
+def test_task_predict_fn_reaches_its_evaluator(tmp_path, monkeypatch):
+  """A task's own predict function (``predict_fns``) drives an evaluator of its config."""
+  monkeypatch.setattr(toy_task, "predict_fns", lambda config, model: {
+      "twice": lambda params, batch, state: ({"double": (2.0 * (batch["y"] ** 2).sum(),
+                                                          (batch["y"] ** 2).sum())}, state)},
+                      raising=False)
+  config = _config(num_steps=4, eval_every=2)
+  config.evals.twice = dict(type="loss", split="dev", every=2, pred="twice")
+  summary = training.train_and_evaluate(config, str(tmp_path), toy_task)
+  assert summary["twice_double"] == pytest.approx(2.0)
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in records if "twice_double" in r] == [2, 4]

@@ -14,11 +14,13 @@ EVAL_SPLITS = ("dev",)
 
 
 def default_config():
-  return ml_collections.ConfigDict(dict(
+  c = ml_collections.ConfigDict(dict(
       batch_size=8, num_steps=10, seed=0, optimizer="adam", learning_rate=0.5,
       lr_boundaries=[], lr_values=[], grad_clip=None, eval_every=5, checkpoint_every=5,
-      keep_checkpoints=3, eval_batches=2, log_every=5, nan_at_step=-1, stateful=False,
-      features=4))
+      keep_checkpoints=3, log_every=5, nan_at_step=-1, stateful=False, features=4))
+  c.evals = ml_collections.ConfigDict({"eval": dict(type="loss", split="dev", batches=2)})
+  c.evals.eval.every = c.get_ref("eval_every")
+  return c
 
 
 def validate_config(config):

@@ -28,7 +28,7 @@ EUNN's diagonal phase layer has no real counterpart here).
 
 import functools
 import math
-from typing import Any, Callable, Optional
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.cells.activations import modrelu
+from rumjax.cells.base import RecurrentCell
 from rumjax.cells.registry import register_cell
 
 Array = jax.Array
@@ -155,7 +156,7 @@ def symmetric_uniform(scale: float):
 
 
 @register_cell("eurnn")
-class EURNNCell(nn.RNNCellBase):
+class EURNNCell(RecurrentCell):
   """The efficient unitary RNN (EURNN), real orthogonal version (Jing et al., 2017b).
 
   ``h_t = modReLU(W h_{t-1} + U x_t, b)`` with ``W`` = :func:`eunn_apply` (L layers of
@@ -181,21 +182,10 @@ class EURNNCell(nn.RNNCellBase):
   kernel_x_init: Callable = symmetric_uniform(0.01)
   theta_init: Callable = uniform_angles
   bias_init: Callable = nn.initializers.zeros_init()
-  dtype: Optional[Any] = None
-  param_dtype: Any = jnp.float32
-  carry_init: Callable = nn.initializers.zeros_init()
 
   @nn.compact
   def __call__(self, carry, inputs):
-    """One step.
-
-    Args:
-      carry: ``h_{t-1}`` <float>[..., N].
-      inputs: ``x_t`` <float>[..., N_x].
-
-    Returns:
-      ``(h_t, h_t)``.
-    """
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
     n = self.features
     check_eunn(n, self.capacity, self.fft)
     thetas = self.param("thetas", self.theta_init,
@@ -203,17 +193,8 @@ class EURNNCell(nn.RNNCellBase):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, carry, dtype=self.dtype)
-    inputs, kernel_x, bias, h = (jnp.asarray(a, dtype) for a in (inputs, kernel_x, bias, carry))
-    wh = eunn_apply(thetas.astype(dtype), h, capacity=self.capacity, fft=self.fft)
+    inputs, h, (thetas, kernel_x, bias) = self.promote(inputs, kernel_x, carry,
+                                                       thetas, kernel_x, bias)
+    wh = eunn_apply(thetas, h, capacity=self.capacity, fft=self.fft)
     h = modrelu(wh + inputs @ kernel_x, bias)
     return h, h
-
-  @nn.nowrap
-  def initialize_carry(self, rng, input_shape):
-    """``h_0 = 0`` <float>[..., N] for inputs of shape ``(..., N_x)``."""
-    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1

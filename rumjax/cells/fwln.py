@@ -15,13 +15,13 @@ same recurrence, indexed one step earlier.) The sustained boundary condition
 The carry is ``(A, h)``, A <float>[..., N, N]; ``A_0 = 0``, ``h_0 = 0``.
 """
 
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Union
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from rumjax import rum as rum_lib
+from rumjax.cells.base import RecurrentCell
 from rumjax.cells.registry import register_cell
 
 
@@ -36,7 +36,7 @@ def scaled_identity(scale: float):
 
 
 @register_cell("fwln")
-class FWLNCell(nn.RNNCellBase):
+class FWLNCell(RecurrentCell):
   """Fast weights RNN with layer normalisation in the inner loop (FW-LN).
 
   Parameters: ``kernel_h`` (``W^T``) <float>[N, N], ``kernel_x`` (``C^T``) <float>[N_x, N],
@@ -63,9 +63,6 @@ class FWLNCell(nn.RNNCellBase):
   kernel_h_init: Callable = scaled_identity(0.05)
   kernel_x_init: Callable = nn.initializers.glorot_uniform()
   bias_init: Callable = nn.initializers.zeros_init()
-  dtype: Optional[Any] = None
-  param_dtype: Any = jnp.float32
-  carry_init: Callable = nn.initializers.zeros_init()
 
   @nn.compact
   def __call__(self, carry, inputs):
@@ -87,10 +84,8 @@ class FWLNCell(nn.RNNCellBase):
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
     ln = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="ln")
-    a_prev, h_prev = carry
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h_prev, dtype=self.dtype)
-    inputs, kernel_h, kernel_x, bias, a_prev, h_prev = (
-        jnp.asarray(v, dtype) for v in (inputs, kernel_h, kernel_x, bias, a_prev, h_prev))
+    inputs, (a_prev, h_prev), (kernel_h, kernel_x, bias) = self.promote(
+        inputs, kernel_x, carry, kernel_h, kernel_x, bias)
     boundary = h_prev @ kernel_h + inputs @ kernel_x + bias
     a = self.decay * a_prev + self.fast_lr * (h_prev[..., :, None] * h_prev[..., None, :])
     h = f(boundary)
@@ -101,10 +96,5 @@ class FWLNCell(nn.RNNCellBase):
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):
     """``(A_0, h_0) = (0, 0)`` for inputs of shape ``(..., N_x)``."""
-    batch = tuple(input_shape[:-1])
-    h = self.carry_init(rng, batch + (self.features,), self.param_dtype)
-    return jnp.zeros(batch + (self.features, self.features), self.param_dtype), h
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1
+    a_shape = tuple(input_shape[:-1]) + (self.features, self.features)
+    return jnp.zeros(a_shape, self.param_dtype), self.hidden_carry(rng, input_shape)

@@ -15,13 +15,14 @@ The RUM paper (TACL 2019, section 2) describes GORU as "a unitary parametrizatio
 gates"; this is the cell of its Table 1 and of FS-GORU-2.
 """
 
-from typing import Any, Callable, Optional
+from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from rumjax.cells.activations import modrelu
+from rumjax.cells.base import RecurrentCell
 from rumjax.cells.eurnn import (check_eunn, eunn_apply, eunn_num_angles, symmetric_uniform,
                                 uniform_angles)
 from rumjax.cells.registry import register_cell
@@ -36,7 +37,7 @@ def goru_bias_init(key, shape, dtype=jnp.float32):
 
 
 @register_cell("goru")
-class GORUCell(nn.RNNCellBase):
+class GORUCell(RecurrentCell):
   """The gated orthogonal recurrent unit (GORU), real orthogonal version.
 
   Parameters (kernels act from the right, as in Flax)::
@@ -66,21 +67,10 @@ class GORUCell(nn.RNNCellBase):
   theta_init: Callable = uniform_angles
   bias_init: Callable = goru_bias_init
   mod_bias_init: Callable = nn.initializers.constant(2.0)
-  dtype: Optional[Any] = None
-  param_dtype: Any = jnp.float32
-  carry_init: Callable = nn.initializers.zeros_init()
 
   @nn.compact
   def __call__(self, carry, inputs):
-    """One step.
-
-    Args:
-      carry: ``h_{t-1}`` <float>[..., N].
-      inputs: ``x_t`` <float>[..., N_x].
-
-    Returns:
-      ``(h_t, h_t)``.
-    """
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
     n = self.features
     check_eunn(n, self.capacity, self.fft)
     p = self.param_dtype
@@ -90,10 +80,8 @@ class GORUCell(nn.RNNCellBase):
     mod_bias = self.param("mod_bias", self.mod_bias_init, (n,), p)
     thetas = self.param("thetas", self.theta_init,
                         (eunn_num_angles(n, self.capacity, self.fft),), p)
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, carry, dtype=self.dtype)
-    inputs, kernel_x, kernel_h, bias, mod_bias, thetas, h = (
-        jnp.asarray(a, dtype)
-        for a in (inputs, kernel_x, kernel_h, bias, mod_bias, thetas, carry))
+    inputs, h, (kernel_x, kernel_h, bias, mod_bias, thetas) = self.promote(
+        inputs, kernel_x, carry, kernel_x, kernel_h, bias, mod_bias, thetas)
     xp = inputs @ kernel_x
     gates = jax.nn.sigmoid(xp[..., :2 * n] + h @ kernel_h + bias)
     r, z = gates[..., :n], gates[..., n:]
@@ -101,12 +89,3 @@ class GORUCell(nn.RNNCellBase):
     h_tilde = modrelu(xp[..., 2 * n:] + r * uh, mod_bias)
     h = z * h + (1.0 - z) * h_tilde
     return h, h
-
-  @nn.nowrap
-  def initialize_carry(self, rng, input_shape):
-    """``h_0 = 0`` <float>[..., N] for inputs of shape ``(..., N_x)``."""
-    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1

@@ -17,22 +17,18 @@ value with probability ``zoneout`` (``zoneout_c``); evaluation uses the expectat
 """
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.cells.base import RecurrentCell, check_probability, zoneout
 from rumjax.cells.registry import register_cell
 
 
-def _check_probability(name, p):
-  if not 0.0 <= p < 1.0:
-    raise ValueError(f"{name}={p!r} must be a probability in [0, 1).")
-
-
 @register_cell("lnlstm")
-class LNLSTMCell(nn.RNNCellBase):
+class LNLSTMCell(RecurrentCell):
   """LSTM with layer-normalised gates and cell state, and zoneout.
 
   Parameters: ``kernel_x`` <float>[N_x, 4 N], ``kernel_h`` <float>[N, 4 N] (columns
@@ -62,9 +58,6 @@ class LNLSTMCell(nn.RNNCellBase):
   deterministic: bool = True
   kernel_x_init: Callable = nn.initializers.orthogonal()
   kernel_h_init: Callable = nn.initializers.orthogonal()
-  dtype: Optional[Any] = None
-  param_dtype: Any = jnp.float32
-  carry_init: Callable = nn.initializers.zeros_init()
 
   @nn.compact
   def __call__(self, carry, inputs):
@@ -77,43 +70,27 @@ class LNLSTMCell(nn.RNNCellBase):
     Returns:
       ``((c_t, h_t), h_t)``.
     """
-    _check_probability("zoneout", self.zoneout)
-    _check_probability("zoneout_c", self.zoneout_c)
+    check_probability("zoneout", self.zoneout)
+    check_probability("zoneout_c", self.zoneout_c)
     n = self.features
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], 4 * n),
                           self.param_dtype)
     kernel_h = self.param("kernel_h", self.kernel_h_init, (n, 4 * n), self.param_dtype)
     ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
-    c_prev, h_prev = carry
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h_prev, dtype=self.dtype)
-    inputs, kernel_x, kernel_h, c_prev, h_prev = (
-        jnp.asarray(v, dtype) for v in (inputs, kernel_x, kernel_h, c_prev, h_prev))
+    inputs, (c_prev, h_prev), (kernel_x, kernel_h) = self.promote(
+        inputs, kernel_x, carry, kernel_x, kernel_h)
     z = inputs @ kernel_x + h_prev @ kernel_h
     z = z.reshape(z.shape[:-1] + (4, n))
     z = ln(reduction_axes=-1, feature_axes=(-2, -1), name="ln_gates")(z)
     i, g, f, o = (z[..., k, :] for k in range(4))
     c = jax.nn.sigmoid(f + self.forget_bias) * c_prev + jax.nn.sigmoid(i) * jnp.tanh(g)
     h = jax.nn.sigmoid(o) * jnp.tanh(ln(name="ln_c")(c))
-    c = self._zoneout(self.zoneout_c, c_prev, c)
-    h = self._zoneout(self.zoneout, h_prev, h)
+    c = zoneout(self, self.zoneout_c, c_prev, c, deterministic=self.deterministic)
+    h = zoneout(self, self.zoneout, h_prev, h, deterministic=self.deterministic)
     return (c, h), h
-
-  def _zoneout(self, p, prev, new):
-    if p == 0:
-      return new
-    if self.deterministic:
-      return p * prev + (1.0 - p) * new
-    keep = jax.random.bernoulli(self.make_rng("dropout"), p, new.shape)
-    return jnp.where(keep, prev, new)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):
     """``(c_0, h_0) = (0, 0)``, each <float>[..., N], for inputs of shape ``(..., N_x)``."""
-    shape = tuple(input_shape[:-1]) + (self.features,)
     c_key, h_key = jax.random.split(rng)
-    return (self.carry_init(c_key, shape, self.param_dtype),
-            self.carry_init(h_key, shape, self.param_dtype))
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1
+    return self.hidden_carry(c_key, input_shape), self.hidden_carry(h_key, input_shape)

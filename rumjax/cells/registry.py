@@ -5,9 +5,12 @@ Every registered cell is a ``flax.linen`` recurrent cell (``initialize_carry``,
 ``features``, the hidden size. Register a new cell with::
 
     @register_cell("mycell")
-    class MyCell(nn.RNNCellBase):
+    class MyCell(RecurrentCell):    # rumjax.cells.base: dtype fields, carry, zoneout
       features: int
       ...
+
+A cell whose parameters need their own update rule registers it beside the cell with
+:func:`register_optimizer_wrapper` (see ``rumjax.cells.urnn``).
 """
 
 import dataclasses
@@ -15,37 +18,53 @@ from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 
-_CELLS: dict[str, type] = {}
+from rumjax.registry import Registry, did_you_mean
+
+CELLS = Registry("cell")
+
+# Update rules that some cells need for their own parameters (the uRNN's Cayley steps on
+# the Stiefel manifold): ``wrap(optimizer, learning_rate) -> optimizer``, each a no-op for a
+# parameter tree without that cell's parameters. ``rumjax.training.optim.make_optimizer``
+# applies them all, so a cell module registers its rule beside the cell, at import.
+OPTIMIZER_WRAPPERS = Registry("optimizer wrapper")
 
 
 def register_cell(name: str, cls: Optional[type] = None):
   """Registers ``cls`` under ``name``; usable as a decorator."""
+  return CELLS.register(name, cls)
 
-  def add(cls):
-    if name in _CELLS and _CELLS[name] is not cls:
-      raise ValueError(f"a cell is already registered as {name!r}: {_CELLS[name]}.")
-    _CELLS[name] = cls
-    return cls
 
-  return add if cls is None else add(cls)
+def register_optimizer_wrapper(name: str, wrap: Optional[Callable] = None):
+  """Registers ``wrap(optimizer, learning_rate) -> optimizer`` (see ``OPTIMIZER_WRAPPERS``).
+
+  ``optimizer`` is an ``optax.GradientTransformation``, ``learning_rate`` a float or an
+  ``optax`` schedule. ``wrap`` must leave every parameter that is not its cell's to
+  ``optimizer``; usable as a decorator.
+  """
+  return OPTIMIZER_WRAPPERS.register(name, wrap)
+
+
+def optimizer_wrappers() -> list[Callable]:
+  """The registered optimizer wrappers, in the order of their sorted names."""
+  return [wrap for _, wrap in OPTIMIZER_WRAPPERS.items()]
 
 
 def cell_names() -> list[str]:
   """The registered cell names, sorted."""
-  return sorted(_CELLS)
+  return CELLS.names()
 
 
 def get_cell_class(name: str) -> type:
-  """The cell class registered as ``name``; ``ValueError`` listing the names if unknown."""
-  if name not in _CELLS:
-    raise ValueError(f"unknown cell {name!r}; known cells are {cell_names()}.")
-  return _CELLS[name]
+  """The cell class registered as ``name``; ``ValueError`` listing the known and the close
+  names if unknown (``unknown cell 'rnm'; known cells are [...]; did you mean 'rum'?``)."""
+  return CELLS.get(name)
 
 
 def cell_fields(name: str) -> list[str]:
-  """The constructor fields of the cell ``name`` (besides ``parent`` and ``name``)."""
-  return [f.name for f in dataclasses.fields(get_cell_class(name))
-          if f.init and f.name not in ("parent", "name")]
+  """The constructor fields of the cell ``name`` (besides ``parent`` and ``name``):
+  the positional ones first (``features`` leads), then the keyword-only ones."""
+  fields = sorted(dataclasses.fields(get_cell_class(name)), key=lambda f: f.kw_only is True)
+  return [f.name for f in fields if f.init and f.name not in ("parent", "name")]
 
 
 def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
@@ -58,7 +77,9 @@ def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
   accepted = cell_fields(name)
   unknown = sorted(set(kwargs) - set(accepted))
   if unknown:
-    raise ValueError(f"cell {name!r} has no option(s) {unknown}; accepted: {accepted}.")
+    hint = did_you_mean(unknown[0], accepted)
+    raise ValueError(f"cell {name!r} has no option(s) {unknown}; accepted: {accepted}"
+                     + (f"; {hint}" if hint else "."))
   return cls(features, **kwargs)
 
 

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax import rum as rum_lib
+from rumjax.cells import base
 from rumjax.cells.registry import register_cell
 
 
@@ -37,6 +38,15 @@ class RUMCell(nn.RNNCellBase):
       ``zoneout * h_{t-1} + (1 - zoneout) * h_t`` is used. Under ``nn.RNN`` pass
       ``split_rngs={"params": False, "dropout": True}`` so the mask differs per step.
     deterministic: evaluation mode for zoneout.
+
+  ``cos(theta_t)``, the cosine of the angle between the cell's ``e_t`` and ``tau_t``
+  (after layer norm, if any), is sown as ``intermediates/.../cell/cos_theta``,
+  <float>[...] per step, only when the ``"intermediates"`` collection is mutable
+  (``model.apply(..., mutable=["intermediates"])``; see :func:`rumjax.analysis.cos_theta`),
+  so training pays nothing for it. Under ``nn.RNN`` the collection is visible inside the
+  scan only with ``variable_axes={"intermediates": <time axis>}`` (as
+  :func:`rumjax.models.sequence.run_recurrence` does), which stacks the steps to
+  <float>[..., T].
   """
   features: int
   lam: int = 0
@@ -57,16 +67,17 @@ class RUMCell(nn.RNNCellBase):
     rum_lib.check_lam(self.lam)
     rum_lib.check_eta(self.eta)
     rum_lib.get_activation(self.activation)
-    if not 0.0 <= self.zoneout < 1.0:
-      raise ValueError(f"zoneout={self.zoneout!r} must be a probability in [0, 1).")
+    base.check_probability("zoneout", self.zoneout)
 
   @nn.compact
-  def __call__(self, carry, inputs):
+  def __call__(self, carry, inputs, *, sow_cos: bool = True):
     """One RUM step.
 
     Args:
       carry: ``h`` <float>[..., features] (``lam=0``) or ``(R, h)`` (``lam=1``).
       inputs: <float>[..., N_x].
+      sow_cos: sow ``cos(theta_t)`` <float>[...] when ``"intermediates"`` is mutable
+        (:class:`RUM` turns it off for the step that only declares the parameters).
 
     Returns:
       ``(new_carry, h_t)``.
@@ -85,17 +96,15 @@ class RUMCell(nn.RNNCellBase):
       ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
       norms = dict(norm_tau=ln(name="ln_tau"), norm_u=ln(name="ln_u"),
                    norm_h=ln(name="ln_h"))
-    new_carry, (h, _) = rum_lib.rum_step(
+    new_carry, (h, plane) = rum_lib.rum_step(
         carry, inputs @ kernel_x + bias, kernel_h, lam=self.lam, eta=self.eta,
         activation=rum_lib.get_activation(self.activation),
         update_gate=self.update_gate, **norms)
+    if sow_cos and self.is_mutable_collection("intermediates"):
+      self.sow("intermediates", "cos_theta", plane.cos)
     if self.zoneout > 0:
       h_prev = carry[1] if self.lam else carry
-      if self.deterministic:
-        h = self.zoneout * h_prev + (1.0 - self.zoneout) * h
-      else:
-        keep = jax.random.bernoulli(self.make_rng("dropout"), self.zoneout, h.shape)
-        h = jnp.where(keep, h_prev, h)
+      h = base.zoneout(self, self.zoneout, h_prev, h, deterministic=self.deterministic)
       new_carry = (new_carry[0], h) if self.lam else h
     return new_carry, h
 
@@ -123,6 +132,10 @@ class RUM(nn.Module):
   inside the step, so cells that use them must run under ``nn.RNN`` instead
   (:func:`supports_scan` tells).
 
+  When the ``"intermediates"`` collection is mutable, ``cos(theta_t)`` of every step,
+  <float>[*batch, T], is sown as ``intermediates/<name>/cos_theta`` (``rum_scan`` with
+  ``return_cos=True``); otherwise ``rum_scan`` runs without it.
+
   Attributes:
     cell: the RUM cell whose options (``lam``, ``eta``, ``activation``, ...) to use.
   """
@@ -138,13 +151,17 @@ class RUM(nn.Module):
     # One (discarded, dead-code-eliminated) step of the cell declares its parameters at
     # <name>/cell with its own initialisers; rum_scan then runs the whole sequence.
     x0 = xs[..., 0, :]
-    c(c.initialize_carry(jax.random.key(0), x0.shape), x0)
+    c(c.initialize_carry(jax.random.key(0), x0.shape), x0, sow_cos=False)
     params = {k: c.variables["params"][k] for k in ("kernel_x", "kernel_h", "bias")}
     if c.dtype is not None:
       xs = jnp.asarray(xs, c.dtype)
       params = jax.tree.map(lambda p: jnp.asarray(p, c.dtype), params)
-    final, hs = rum_lib.rum_scan(params, xs, lam=c.lam, eta=c.eta, activation=c.activation,
-                                 update_gate=c.update_gate, h0=initial_carry)
+    sow = self.is_mutable_collection("intermediates")
+    final, hs, *cos = rum_lib.rum_scan(
+        params, xs, lam=c.lam, eta=c.eta, activation=c.activation,
+        update_gate=c.update_gate, h0=initial_carry, return_cos=sow)
+    if sow:
+      self.sow("intermediates", "cos_theta", cos[0])
     return (final, hs) if return_carry else hs
 
 

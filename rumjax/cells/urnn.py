@@ -19,14 +19,15 @@ Using it in a training loop (every other parameter keeps the configured optimize
     # = optax.multi_transform({"stiefel": stiefel_cayley(1e-3), "base": base},
     #                         stiefel_labels)
 
-The loop builds its optimizer from the config as usual and wraps it with
-``make_urnn_optimizer(tx, config.learning_rate)`` (e.g. when ``config.cell == "urnn"``, or
-always: a model without a parameter named ``recurrent_orthogonal`` is unaffected). Global
-gradient clipping may be chained before it; anything that rescales the *update* (weight
-decay, Adam, ...) must not be applied after it, or ``W`` leaves the manifold.
+This module registers ``make_urnn_optimizer`` as the ``"urnn"`` optimizer wrapper
+(``rumjax.cells.register_optimizer_wrapper``), so ``rumjax.training.optim.make_optimizer``
+wraps every optimizer it builds from a config with it: a model without a parameter named
+``recurrent_orthogonal`` is unaffected. Global gradient clipping may be chained before it;
+anything that rescales the *update* (weight decay, Adam, ...) must not be applied after
+it, or ``W`` leaves the manifold.
 """
 
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -34,13 +35,14 @@ import jax.numpy as jnp
 import optax
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.registry import register_cell
+from rumjax.cells.base import RecurrentCell
+from rumjax.cells.registry import register_cell, register_optimizer_wrapper
 
 ORTHOGONAL_NAME = "recurrent_orthogonal"
 
 
 @register_cell("urnn")
-class URNNCell(nn.RNNCellBase):
+class URNNCell(RecurrentCell):
   """The full-capacity unitary RNN, real version: ``h_t = modReLU(W h_{t-1} + V x_t, b)``.
 
   Parameters: ``recurrent_orthogonal`` (``W^T``, orthogonal) <float>[N, N], ``kernel_x``
@@ -56,40 +58,18 @@ class URNNCell(nn.RNNCellBase):
   recurrent_init: Callable = nn.initializers.orthogonal()
   kernel_x_init: Callable = nn.initializers.glorot_uniform()
   bias_init: Callable = nn.initializers.zeros_init()
-  dtype: Optional[Any] = None
-  param_dtype: Any = jnp.float32
-  carry_init: Callable = nn.initializers.zeros_init()
 
   @nn.compact
   def __call__(self, carry, inputs):
-    """One step.
-
-    Args:
-      carry: ``h_{t-1}`` <float>[..., N].
-      inputs: ``x_t`` <float>[..., N_x].
-
-    Returns:
-      ``(h_t, h_t)``.
-    """
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
     n = self.features
     w = self.param(ORTHOGONAL_NAME, self.recurrent_init, (n, n), self.param_dtype)
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, carry, dtype=self.dtype)
-    inputs, w, kernel_x, bias, h = (
-        jnp.asarray(a, dtype) for a in (inputs, w, kernel_x, bias, carry))
+    inputs, h, (w, kernel_x, bias) = self.promote(inputs, kernel_x, carry, w, kernel_x, bias)
     h = modrelu(h @ w + inputs @ kernel_x, bias)
     return h, h
-
-  @nn.nowrap
-  def initialize_carry(self, rng, input_shape):
-    """``h_0 = 0`` <float>[..., N] for inputs of shape ``(..., N_x)``."""
-    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1
 
 
 # ------------------------------------------------------------ the Stiefel optimizer
@@ -158,6 +138,7 @@ def stiefel_labels(params, name: str = ORTHOGONAL_NAME):
       params)
 
 
+@register_optimizer_wrapper("urnn")
 def make_urnn_optimizer(base_optimizer: optax.GradientTransformation,
                         learning_rate: Union[float, optax.Schedule],
                         name: str = ORTHOGONAL_NAME) -> optax.GradientTransformation:

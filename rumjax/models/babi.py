@@ -32,6 +32,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.models.registry import register_model
 from rumjax.models.sequence import run_recurrence
 
 Array = jax.Array
@@ -71,6 +72,7 @@ def dot_attention(hs: Array, query: Array, mask: Array) -> tuple[Array, Array]:
   return jnp.einsum("bt,bth->bh", weights, hs), weights
 
 
+@register_model("sentence_qa")
 class SentenceQA(nn.Module):
   """Sentence-level bAbI model: averaged word embeddings -> cell -> (attention) -> softmax.
 

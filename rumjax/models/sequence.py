@@ -7,7 +7,8 @@ Two heads on the same body (token input -> recurrent cell -> dense):
 * :class:`SequenceClassifier`: one softmax at the last step, logits
   <float>[batch, num_classes] (associative recall, later bAbI / SST).
 
-Both are called on the batch dict of a task's data iterator::
+Both are registered models (``config.model.name`` ``"tagger"`` / ``"classifier"``, see
+:mod:`rumjax.models.registry`) and are called on the batch dict of a task's data iterator::
 
     >>> cell = rumjax.make_cell("rum", 100, lam=1)
     >>> model = SequenceTagger(cell=cell, vocab_size=10, num_classes=9)
@@ -27,8 +28,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax.cells import cell_from_config
 from rumjax.cells import rum as rum_cell
+from rumjax.models.registry import build_model, register_model
 
 Array = jax.Array
 
@@ -45,7 +46,10 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   A RUM cell without ``layer_norm``/``zoneout`` runs through :class:`rumjax.cells.rum.RUM`
   (:func:`rumjax.rum_scan`: one matmul for the input projection of the whole sequence and
   a hand-written backward pass) with the same parameters at ``<name>/cell``, so
-  checkpoints are interchangeable with the ``nn.RNN`` path.
+  checkpoints are interchangeable with the ``nn.RNN`` path. On both paths a RUM cell sows
+  ``cos(theta_t)`` <float>[batch, T] when ``"intermediates"`` is mutable
+  (:func:`rumjax.analysis.cos_theta`): at ``<name>/cos_theta`` (``rum_scan``) or
+  ``<name>/cell/cos_theta`` (``nn.RNN``).
 
   Args:
     cell: a Flax recurrent cell (e.g. from :func:`rumjax.cells.make_cell`).
@@ -66,7 +70,9 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
     # Fast path: rum_scan (same parameters at <name>/cell). Outputs past seq_lengths are
     # unspecified here as under nn.RNN; callers read hs before each row's length.
     return rum_cell.RUM(cell, name=name)(xs)
-  rnn = nn.RNN(cell, split_rngs={"params": False, "dropout": True}, name=name)
+  # Sown intermediates (RUM's cos(theta), with mutable=["intermediates"]) stacked over time.
+  rnn = nn.RNN(cell, split_rngs={"params": False, "dropout": True},
+               variable_axes={"intermediates": -1}, name=name)
   return rnn(xs, seq_lengths=seq_lengths)
 
 
@@ -88,19 +94,31 @@ class TokenInput(nn.Module):
     return nn.Embed(self.vocab_size, self.embed_dim, name="embed")(inputs)
 
 
-class SequenceTagger(nn.Module):
-  """Per-step softmax classifier: tokens -> cell -> dense at every step.
+class TokenSequenceModel(nn.Module):
+  """The body the sequence models share: tokens -> (one-hot or embedding) -> cell.
 
   Attributes:
     cell: the recurrent cell (its hidden size is ``cell.features``).
     vocab_size: number of input symbols.
-    num_classes: number of output classes per step.
+    num_classes: number of output classes (of the subclass's head).
     embed_dim: ``None`` for one-hot inputs, else an embedding of this size.
   """
   cell: nn.RNNCellBase
   vocab_size: int
   num_classes: int
   embed_dim: Optional[int] = None
+
+  def encode(self, batch: Mapping[str, Any], train: bool) -> Array:
+    """<int>[batch, T] tokens -> <float>[batch, T, cell.features], inside the subclass's
+    compact ``__call__`` (submodules ``input`` and ``rnn``)."""
+    xs = TokenInput(self.vocab_size, self.embed_dim, name="input")(batch["inputs"])
+    return run_recurrence(self.cell, xs, seq_lengths=batch.get("lengths"), train=train)
+
+
+@register_model("tagger")
+class SequenceTagger(TokenSequenceModel):
+  """Per-step softmax classifier: tokens -> cell -> dense at every step (fields: see
+  :class:`TokenSequenceModel`)."""
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
@@ -113,26 +131,16 @@ class SequenceTagger(nn.Module):
     Returns:
       logits: <float>[batch, T, num_classes].
     """
-    xs = TokenInput(self.vocab_size, self.embed_dim, name="input")(batch["inputs"])
-    hs = run_recurrence(self.cell, xs, seq_lengths=batch.get("lengths"), train=train)
-    return nn.Dense(self.num_classes, name="head")(hs)
+    return nn.Dense(self.num_classes, name="head")(self.encode(batch, train))
 
 
-class SequenceClassifier(nn.Module):
-  """Softmax at the last step: tokens -> cell -> dense on the last output.
+@register_model("classifier")
+class SequenceClassifier(TokenSequenceModel):
+  """Softmax at the last step: tokens -> cell -> dense on the last output (fields: see
+  :class:`TokenSequenceModel`).
 
   With ``batch["lengths"]`` the last step of each row is ``lengths - 1``, else ``T - 1``.
-
-  Attributes:
-    cell: the recurrent cell (its hidden size is ``cell.features``).
-    vocab_size: number of input symbols.
-    num_classes: number of output classes.
-    embed_dim: ``None`` for one-hot inputs, else an embedding of this size.
   """
-  cell: nn.RNNCellBase
-  vocab_size: int
-  num_classes: int
-  embed_dim: Optional[int] = None
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
@@ -145,9 +153,8 @@ class SequenceClassifier(nn.Module):
     Returns:
       logits: <float>[batch, num_classes].
     """
+    hs = self.encode(batch, train)
     lengths = batch.get("lengths")
-    xs = TokenInput(self.vocab_size, self.embed_dim, name="input")(batch["inputs"])
-    hs = run_recurrence(self.cell, xs, seq_lengths=lengths, train=train)
     if lengths is None:
       last = hs[:, -1]
     else:
@@ -156,31 +163,20 @@ class SequenceClassifier(nn.Module):
     return nn.Dense(self.num_classes, name="head")(last)
 
 
-MODELS = {"tagger": SequenceTagger, "classifier": SequenceClassifier}
-
-
-def build_sequence_model(config: Mapping[str, Any], kind: str, vocab_size: int,
+def build_sequence_model(model_config: Mapping[str, Any], kind: str, vocab_size: int,
                          num_classes: int) -> nn.Module:
-  """A sequence model whose cell is ``config.cell`` of size ``config.hidden_size``.
+  """The sequence model ``kind`` (``"tagger"``, ``"classifier"``) whose cell is
+  ``model_config.cell`` of size ``model_config.hidden_size`` (shorthand for
+  :func:`rumjax.models.build_model` with ``name=kind``).
 
   Cell options (``lam``, ``eta``, ``activation``, ``update_gate``, ``layer_norm``,
-  ``zoneout``, ...) are taken from ``config`` when the cell has them
-  (:func:`rumjax.cells.cell_from_config`); ``config.embed_dim`` (if present and not
-  ``None``/0) switches from one-hot inputs to a learned embedding.
-
-  Args:
-    config: a task config (``ml_collections.ConfigDict`` or mapping).
-    kind: ``"tagger"`` (:class:`SequenceTagger`) or ``"classifier"``
-      (:class:`SequenceClassifier`).
-    vocab_size: number of input symbols.
-    num_classes: number of output classes.
-
-  Returns:
-    the Flax module (unbound).
+  ``zoneout``, ...) are taken from ``model_config`` when the cell has them;
+  ``model_config.embed_dim`` (if present and not ``None``/0) switches from one-hot inputs
+  to a learned embedding.
   """
-  if kind not in MODELS:
-    raise ValueError(f"unknown model kind {kind!r}; known kinds are {sorted(MODELS)}.")
-  cell = cell_from_config(config["cell"], config["hidden_size"], config)
-  embed_dim = config.get("embed_dim") or None
-  return MODELS[kind](cell=cell, vocab_size=vocab_size, num_classes=num_classes,
-                      embed_dim=embed_dim)
+  if kind not in ("tagger", "classifier"):
+    raise ValueError(f"unknown sequence model kind {kind!r}; known kinds are "
+                     "['classifier', 'tagger'].")
+  config = dict(model_config)
+  config.update(name=kind, embed_dim=config.get("embed_dim") or None)
+  return build_model(config, vocab_size=vocab_size, num_classes=num_classes)

@@ -1,11 +1,17 @@
-"""The generic training loop and what it needs (state, sharding, checkpoints, metrics)."""
+"""The generic training loop and what it needs (state, sharding, checkpoints, metrics,
+hooks, progress)."""
 
+from rumjax.training import hooks
 from rumjax.training.checkpoint import Checkpointer, restore_params
-from rumjax.training.loop import NonFiniteError, evaluate, train_and_evaluate, train_step
+from rumjax.training.hooks import EarlyStopping, Periodic, TimeBudget
+from rumjax.training.loop import (NonFiniteError, count_model_params, evaluate_checkpoint,
+                                  make_evaluators, predict_fns, train_and_evaluate,
+                                  train_step)
 from rumjax.training.optim import make_optimizer, make_schedule
 from rumjax.training.sharding import make_mesh, replicate, shard_batch
 from rumjax.training.state import TrainState
 
-__all__ = ["Checkpointer", "NonFiniteError", "TrainState", "evaluate", "make_mesh",
-           "make_optimizer", "make_schedule", "replicate", "restore_params", "shard_batch",
-           "train_and_evaluate", "train_step"]
+__all__ = ["Checkpointer", "EarlyStopping", "NonFiniteError", "Periodic", "TimeBudget",
+           "TrainState", "count_model_params", "evaluate_checkpoint", "hooks", "make_evaluators", "make_mesh",
+           "make_optimizer", "make_schedule", "predict_fns", "replicate", "restore_params",
+           "shard_batch", "train_and_evaluate", "train_step"]

@@ -45,9 +45,14 @@ class Checkpointer:
     self.manager.wait_until_finished()
     logging.info("Saved checkpoint at step %d in %s.", step, self.directory)
 
-  def restore(self, abstract_state) -> Optional[tuple[Any, dict, int]]:
-    """The latest loadable ``(state, data_state, step)``, or ``None`` if there is none."""
-    for step in sorted(self.manager.all_steps(), reverse=True):
+  def restore(self, abstract_state, step: Optional[int] = None
+              ) -> Optional[tuple[Any, dict, int]]:
+    """The latest loadable ``(state, data_state, step)`` (or that of ``step`` only), or
+    ``None`` if there is none."""
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    if step is not None:
+      steps = [s for s in steps if s == step]
+    for step in steps:
       try:
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))

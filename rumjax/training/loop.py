@@ -3,7 +3,9 @@
 The loop knows nothing about tasks: it receives a ``task`` object (a module of
 ``tasks/``) with the contract of WORKSPACE.md (``train_data``, ``eval_data``,
 ``build_model``, ``loss_and_metrics``; optionally ``initial_model_state`` for state carried
-across batches and ``evaluate`` for a decoding evaluator).
+across batches and ``predict_fns`` for the task's own predict functions). Evaluation is
+the list of evaluators in ``config.evals`` (:mod:`rumjax.evaluators`), each at its own
+cadence; what acts during training is a hook (:mod:`rumjax.training.hooks`).
 
 Per step: the batch is sharded over the ``data`` mesh axis, parameters are replicated, one
 jit-compiled ``train_step`` computes the loss, the gradient, its global norm and the update.
@@ -17,19 +19,22 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tqdm
 from absl import logging
 from jax.experimental import multihost_utils
 
+from rumjax import evaluators as evaluators_lib
+from rumjax import utils
 from rumjax.training import checkpoint as checkpoint_lib
+from rumjax.training import hooks as hooks_lib
 from rumjax.training import metrics as metrics_lib
 from rumjax.training import optim
+from rumjax.training import progress as progress_lib
 from rumjax.training import sharding as sharding_lib
 from rumjax.training.state import TrainState
 
@@ -107,13 +112,15 @@ class _StopRequest:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
 
-  def agreed(self, step: int, every: int = 10) -> bool:
-    """Whether to stop; with several processes all agree (checked every ``every`` steps)."""
+  def agreed(self, step: int, also: bool = False, every: int = 10) -> bool:
+    """Whether to stop (on a signal, or if ``also``); with several processes all agree
+    (checked every ``every`` steps)."""
+    local = self.requested or also
     if jax.process_count() == 1:
-      return self.requested
+      return local
     if step % every:
       return False
-    flags = multihost_utils.process_allgather(np.asarray(self.requested))
+    flags = multihost_utils.process_allgather(np.asarray(local))
     return bool(np.any(flags))
 
 
@@ -154,6 +161,19 @@ def _init_variables(model, batch, model_state, init_key, dropout_key):
   return model.init(rngs, batch, train=False, **kwargs)["params"]
 
 
+def count_model_params(task, config) -> int:
+  """The number of trainable parameters of ``task.build_model(config)`` (shapes only,
+  nothing is computed)."""
+  model = task.build_model(config)
+  batch = next(iter(task.train_data(config)))
+  model_state = None
+  if hasattr(task, "initial_model_state"):
+    model_state = task.initial_model_state(config, config.batch_size)
+  key = jax.random.key(0)
+  shapes = jax.eval_shape(lambda: _init_variables(model, batch, model_state, key, key))
+  return utils.count_params(shapes)
+
+
 def _place(state: TrainState, mesh) -> TrainState:
   """Replicates the state; a carried per-example model state is sharded like the batch."""
   model_state = state.model_state
@@ -163,54 +183,77 @@ def _place(state: TrainState, mesh) -> TrainState:
   return state.replace(model_state=model_state)
 
 
-def evaluate(config, task, state: TrainState, eval_fn, mesh, split: str) -> dict:
-  """Metrics of ``split`` as ``{eval_name: value}`` (``split`` ``test`` -> ``test_name``)."""
-  totals, model_state = None, None
-  if getattr(task, "initial_model_state", None) is not None:
-    model_state = task.initial_model_state(config, config.batch_size)
-    if model_state is not None:
-      model_state = jax.device_put(model_state, sharding_lib.batch_sharding(mesh))
-  for i, batch in enumerate(task.eval_data(config, split, process_index=jax.process_index(),
-                                           process_count=jax.process_count())):
-    if config.get("eval_batches") and i >= config.eval_batches:
-      break
-    metrics, model_state = eval_fn(state.params, sharding_lib.shard_batch(batch, mesh),
-                                   model_state)
-    totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
-  prefix = "test" if split == "test" else "eval"
-  results = metrics_lib.summarize(totals or {}, prefix)
-  if hasattr(task, "evaluate"):
-    extra = task.evaluate(config, state.params, split)
-    results.update({f"{prefix}_{k}": v for k, v in extra.items()})
-  return results
+def predict_fns(config, task, model) -> dict:
+  """The jit-compiled predict functions an evaluator can name (``config.evals.*.pred``).
 
-
-def train_and_evaluate(config, workdir: str, task) -> dict:
-  """Trains ``task`` with ``config`` in ``workdir``, resuming from its latest checkpoint.
-
-  Args:
-    config: the task's ``ConfigDict`` (``batch_size``, ``num_steps``, ``seed``, optimizer
-      fields, ``eval_every``, ``checkpoint_every``, ``keep_checkpoints``, ``log_every``,
-      ``eval_split``, ``init_from``). Evaluation uses the task's ``EVAL_SPLITS``: the
-      first (or ``eval_split``) every ``eval_every`` steps, all of them at the end.
-    workdir: where checkpoints, ``metrics.jsonl`` and TensorBoard files go.
-    task: the task module.
-
-  Returns:
-    A summary dict: the final ``step``, whether the run was ``preempted``, the last
-    ``train_*`` metrics and ``eval_*``/``test_*`` metrics of the final evaluation.
+  Each maps ``(params, batch, model_state)`` to ``(result, new_model_state)``:
+  ``"metrics"`` gives the task's ``loss_and_metrics`` sums, ``"predict"`` the model's
+  outputs; a task adds its own (e.g. a beam decoder) with ``predict_fns(config, model)``.
   """
-  _check_workdir(workdir)
-  mesh = sharding_lib.make_mesh()
-  sharding_lib.check_batch_size(config.batch_size, mesh)
-  model = task.build_model(config)
-  tx = optim.make_optimizer(config)
+  fns = {
+      "metrics": functools.partial(eval_step, model=model,
+                                   loss_and_metrics=task.loss_and_metrics),
+      "predict": lambda params, batch, model_state: _apply(model, params, batch, model_state,
+                                                           train=False),
+  }
+  if hasattr(task, "predict_fns"):
+    fns.update(task.predict_fns(config, model))
+  return {name: jax.jit(fn) for name, fn in fns.items()}
+
+
+def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]:
+  """The evaluators of ``config.evals`` on this task's data, sharded on ``mesh``."""
+
+  def data_fn(split, batch_size):
+    cfg = config
+    if batch_size:
+      cfg = config.copy_and_resolve_references()
+      with cfg.unlocked():
+        cfg.batch_size = batch_size
+    sharding_lib.check_batch_size(cfg.batch_size, mesh)
+    return task.eval_data(cfg, split, process_index=jax.process_index(),
+                          process_count=jax.process_count())
+
+  model_state_fn = None
+  if hasattr(task, "initial_model_state"):
+    def model_state_fn(batch_size):
+      model_state = task.initial_model_state(config, batch_size or config.batch_size)
+      if model_state is None:
+        return None
+      return jax.device_put(model_state, sharding_lib.batch_sharding(mesh))
+
+  return evaluators_lib.build_evaluators(
+      config.get("evals"), predict_fns=predict_fns(config, task, model), data_fn=data_fn,
+      mesh=mesh, model_state_fn=model_state_fn)
+
+
+def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict) -> dict:
+  """Runs the due evaluators (all ``at_end`` ones if ``final``), logs and writes their
+  metrics, and calls the hooks' ``after_eval``. An evaluator that already ran at this step
+  is not run again (its metrics are reused from ``cache``)."""
+  record = {}
+  for ev in evals:
+    if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
+      continue
+    if cache.get(ev.name, (None,))[0] != step:
+      cache[ev.name] = (step, ev.run(state))
+    record.update(cache[ev.name][1])
+  if record:
+    writer.write(step, record)
+    logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
+    if not final:
+      hooks_lib.call(hooks_, "after_eval", step, state, record, ctx)
+  return record
+
+
+def _restore(config, task, model, tx, mesh, workdir):
+  """The train state (restored from ``workdir`` if it has a checkpoint), the training
+  iterator at the matching position, and the checkpointer."""
   train_iter = task.train_data(config, process_index=jax.process_index(),
                                process_count=jax.process_count())
   start_position = train_iter.get_state()
   sample_batch = next(train_iter)
   train_iter.set_state(start_position)
-
   state = _init_state(config, task, model, tx, sample_batch, mesh)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.get("keep_checkpoints", 3),
                                              every=config.get("checkpoint_every", 0))
@@ -219,30 +262,67 @@ def train_and_evaluate(config, workdir: str, task) -> dict:
     state, data_state, ckpt_step = restored
     train_iter.set_state(data_state)
     logging.info("Resumed from the checkpoint at step %d.", ckpt_step)
-  state = _place(state, mesh)
+  return _place(state, mesh), train_iter, checkpointer
 
+
+def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) -> dict:
+  """Trains ``task`` with ``config`` in ``workdir``, resuming from its latest checkpoint.
+
+  Args:
+    config: the task's ``ConfigDict`` (``batch_size``, ``num_steps``, ``seed``, optimizer
+      fields, ``evals``, ``checkpoint_every``, ``keep_checkpoints``, ``log_every``,
+      ``init_from``). The evaluators of ``config.evals`` run at their own cadence and,
+      unless ``at_end=False``, after the last step.
+    workdir: where checkpoints, ``metrics.jsonl``, TensorBoard files and ``config.json``
+      (the config of the latest invocation) go.
+    task: the task module (or any object with the task contract of WORKSPACE.md).
+    hooks: :mod:`rumjax.training.hooks` objects (periodic callbacks, early stopping, a
+      wall-clock budget), called in order.
+
+  Returns:
+    A summary dict: the final ``step``, ``stop_reason`` (``"num_steps"``,
+    ``"preempted"``, ``"budget"``, ``"early_stopping"``, ...), ``preempted``, the last
+    ``train_*`` metrics, the final evaluators' metrics, what hooks add (e.g.
+    ``best_step``), and ``params``.
+  """
+  _check_workdir(workdir)
+  if jax.process_index() == 0:
+    utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  mesh = sharding_lib.make_mesh()
+  sharding_lib.check_batch_size(config.batch_size, mesh)
+  model = task.build_model(config)
+  tx = optim.make_optimizer(config)
+  state, train_iter, checkpointer = _restore(config, task, model, tx, mesh, workdir)
+  evals = make_evaluators(config, task, model, mesh)
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
                                       loss_and_metrics=task.loss_and_metrics),
                     donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(eval_step, model=model,
-                                      loss_and_metrics=task.loss_and_metrics))
   writer = metrics_lib.MetricWriter(workdir)
   step = int(state.step)
   num_steps = config.num_steps
+
+  def save(directory, at_step, at_state):
+    if directory == workdir:
+      checkpointer.save(at_step, at_state, train_iter.get_state())
+      return
+    best = checkpoint_lib.Checkpointer(directory, keep=1)
+    try:
+      best.save(at_step, at_state, train_iter.get_state())
+    finally:
+      best.close()
+
+  ctx = hooks_lib.LoopContext(workdir=workdir, config=config, num_steps=num_steps,
+                              start_step=step, save=save)
   log_every = config.get("log_every", 50) or 50
-  eval_every = config.get("eval_every", 0)
-  # Evaluate on the task's first split while training, on all its splits at the end.
-  final_splits = tuple(getattr(task, "EVAL_SPLITS", ()))
-  eval_split = config.get("eval_split") or (final_splits[0] if final_splits else None)
   summary = {"step": step, "preempted": False}
-  progress = tqdm.tqdm(total=num_steps, initial=step, unit="step", dynamic_ncols=True,
-                       mininterval=1.0, disable=jax.process_index() != 0)
-  totals, window_start, window_steps = None, time.perf_counter(), 0
+  progress = progress_lib.Progress(num_steps, step, enabled=jax.process_index() == 0)
+  totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
   try:
+    hooks_lib.call(hooks, "begin", step, state, ctx)
     with _StopRequest() as stop:
       while step < num_steps:
-        if stop.agreed(step):
-          summary["preempted"] = True
+        if stop.agreed(step, also=ctx.stop_reason is not None):
+          ctx.request_stop("preempted")
           break
         batch = sharding_lib.shard_batch(next(train_iter), mesh)
         state, metrics, finite = step_fn(state, batch)
@@ -255,38 +335,84 @@ def train_and_evaluate(config, workdir: str, task) -> dict:
         step += 1
         window_steps += 1
         totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
-        progress.update(1)
+        progress.update(step)
         if step % log_every == 0 or step == num_steps:
           elapsed = time.perf_counter() - window_start
           record = metrics_lib.summarize(totals, "train")
           record["steps_per_sec"] = window_steps / max(elapsed, 1e-9)
           record["eta_sec"] = (num_steps - step) / max(record["steps_per_sec"], 1e-9)
           writer.write(step, record)
-          progress.set_postfix(loss=f"{record['train_loss']:.4f}", refresh=False)
+          progress.set_loss(record["train_loss"])
           logging.info("step %d/%d %s", step, num_steps, _fmt(record))
           summary.update(record)
           totals, window_start, window_steps = None, time.perf_counter(), 0
-        if eval_split and eval_every and step % eval_every == 0 and step < num_steps:
-          record = evaluate(config, task, state, eval_fn, mesh, eval_split)
-          writer.write(step, record)
-          logging.info("step %d eval %s", step, _fmt(record))
+        hooks_lib.call(hooks, "after_step", step, state, ctx)
+        _run_evals(evals, state, step, writer, hooks, ctx, final=False, cache=cache)
         if checkpointer.should_save(step):
           checkpointer.save(step, state, train_iter.get_state())
       checkpointer.save(step, state, train_iter.get_state())
     progress.close()
     summary["step"] = step
+    summary["stop_reason"] = ctx.stop_reason or "num_steps"
+    summary["preempted"] = summary["stop_reason"] == "preempted"
     if not summary["preempted"]:
-      for split in final_splits:
-        record = evaluate(config, task, state, eval_fn, mesh, split)
-        writer.write(step, record)
-        logging.info("step %d %s %s", step, split, _fmt(record))
-        summary.update(record)
+      summary.update(_run_evals(evals, state, step, writer, hooks, ctx, final=True,
+                                cache=cache))
+      hooks_lib.call(hooks, "end", step, state, summary, ctx)
   finally:
     progress.close()
     writer.close()
     checkpointer.close()
   summary["params"] = state.params
   return summary
+
+
+def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = None,
+                        names: Optional[Sequence[str]] = None) -> dict:
+  """Runs the evaluators of ``config.evals`` (all of them, or ``names``) on a checkpoint.
+
+  Args:
+    config: the task config the checkpoint was trained with.
+    workdir: a training workdir, or the ``best`` folder an :class:`EarlyStopping` hook
+      keeps in it.
+    task: the task module.
+    step: the checkpoint step (default: the latest one).
+    names: the evaluators to run (keys of ``config.evals``; default: all).
+
+  Returns:
+    ``{"step": step, **metrics}``. Nothing is written to ``workdir``.
+  """
+  mesh = sharding_lib.make_mesh()
+  model = task.build_model(config)
+  tx = optim.make_optimizer(config)
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory):
+    raise ValueError(f"no checkpoints in {workdir!r} (expected {directory}/<step>/); pass "
+                     "the --workdir of a training run.")
+  train_iter = task.train_data(config, process_index=jax.process_index(),
+                               process_count=jax.process_count())
+  state = _init_state(config, task, model, tx, next(train_iter), mesh)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=1000)
+  try:
+    restored = checkpointer.restore(_abstract(state, mesh), step=step)
+  finally:
+    checkpointer.close()
+  if restored is None:
+    raise ValueError(f"no loadable checkpoint{'' if step is None else f' at step {step}'} "
+                     f"in {directory}.")
+  state, _, at = restored
+  state = _place(state, mesh)
+  evals = make_evaluators(config, task, model, mesh)
+  if names:
+    known = [ev.name for ev in evals]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+      raise ValueError(f"unknown evaluator(s) {unknown}; config.evals has {known}.")
+    evals = [ev for ev in evals if ev.name in names]
+  out = {"step": int(at)}
+  for ev in evals:
+    out.update(ev.run(state))
+  return out
 
 
 def _abstract(state: TrainState, mesh) -> TrainState:

@@ -1,53 +1,161 @@
 """Optimizers and learning-rate schedules from the config, with the papers' settings.
 
-Config fields: ``optimizer`` (``rmsprop``: decay ``rmsprop_decay`` = 0.9 for tasks A and B;
-``adam`` for bAbI and PTB; ``adagrad`` with initial accumulator ``adagrad_init`` = 0.1 for
-summarization; ``sgd``), ``learning_rate``, ``lr_boundaries`` / ``lr_values``
-(piecewise-constant, in steps: e.g. boundaries [b1, b2] and values [0.002, 1e-4, 1e-5]
-for FS-RUM-2) and ``grad_clip`` (clip by global norm; 0 or None is off).
+Config fields (:func:`validate_config` checks them all, naming the field):
+
+- ``optimizer``: a name registered with :func:`register_optimizer`. Built in: ``rmsprop``
+  (decay ``rmsprop_decay`` = 0.9 for tasks A and B), ``adam`` (bAbI and PTB), ``adagrad``
+  (initial accumulator ``adagrad_init`` = 0.1, summarization), ``sgd``.
+- ``learning_rate``, or ``lr_boundaries`` / ``lr_values``: piecewise constant, in steps
+  (e.g. boundaries [b1, b2] and values [0.002, 1e-4, 1e-5] for FS-RUM-2).
+- ``grad_clip``: clip by global norm first; 0 or None is off.
+
+Cells whose parameters need their own update rule register an optimizer wrapper beside the
+cell (``rumjax.cells.register_optimizer_wrapper``; the uRNN's Cayley steps on the Stiefel
+manifold): :func:`make_optimizer` applies every registered wrapper, each a no-op for a
+parameter tree without that cell's parameters. Add an optimizer with::
+
+    @register_optimizer("lamb")
+    def lamb(config, schedule):
+      return optax.lamb(schedule, weight_decay=config.get("weight_decay", 0.0))
 """
 
+from typing import Any, Callable, Mapping
+
+import numpy as np
 import optax
 
-from rumjax.cells import urnn
+from rumjax import cells as cells_lib  # the package: every cell module registers itself
+from rumjax.registry import Registry, decorator, did_you_mean
 
-OPTIMIZERS = ("rmsprop", "adam", "adagrad", "sgd")
+Config = Mapping[str, Any]
+
+_OPTIMIZERS = Registry("optimizer")
+register_optimizer: Callable = decorator(_OPTIMIZERS)
 
 
-def make_schedule(config) -> optax.Schedule:
-  """Constant ``learning_rate``, or piecewise constant from ``lr_boundaries``/``lr_values``."""
+# ------------------------------------------------------------------------ optimizers
+
+
+@register_optimizer("rmsprop")
+def rmsprop(config: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """TF1's ``RMSPropOptimizer``, which the authors used: decay ``rmsprop_decay`` (0.9),
+  eps 1e-10 inside the sqrt and the mean-square accumulator initialised to 1 (not 0)."""
+  return optax.rmsprop(schedule, decay=config.get("rmsprop_decay", 0.9), eps=1e-10,
+                       eps_in_sqrt=True, initial_scale=1.0)
+
+
+@register_optimizer("adam")
+def adam(config: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Adam with optax's defaults (b1 0.9, b2 0.999, eps 1e-8)."""
+  del config
+  return optax.adam(schedule)
+
+
+@register_optimizer("adagrad")
+def adagrad(config: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Adagrad with the initial accumulator ``adagrad_init`` (0.1)."""
+  return optax.adagrad(schedule, initial_accumulator_value=config.get("adagrad_init", 0.1))
+
+
+@register_optimizer("sgd")
+def sgd(config: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Plain gradient descent."""
+  del config
+  return optax.sgd(schedule)
+
+
+OPTIMIZERS = tuple(_OPTIMIZERS.names())  # the built-in names; optimizer_names() is live
+
+
+def optimizer_names() -> list[str]:
+  """The registered optimizer names, sorted."""
+  return _OPTIMIZERS.names()
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _is_int(x) -> bool:
+  return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _require(ok: bool, field: str, value: Any, requirement: str) -> None:
+  """``ValueError("config.<field>=<value> must <requirement>.")`` unless ``ok``."""
+  if not ok:
+    raise ValueError(f"config.{field}={value!r} must {requirement}.")
+
+
+def check_optimizer_name(name: Any) -> None:
+  """``ValueError`` naming ``config.optimizer``, the known and the close names if unknown."""
+  if name not in _OPTIMIZERS:
+    hint = did_you_mean(name, optimizer_names())
+    raise ValueError(f"config.optimizer={name!r} is unknown; known optimizers are "
+                     f"{optimizer_names()}" + (f"; {hint}" if hint else "."))
+
+
+def check_schedule(config: Config) -> None:
+  """Checks ``lr_boundaries`` (increasing positive steps) and ``lr_values`` (positive, one
+  more than the boundaries, or both empty); ``ValueError`` naming the field."""
+  bounds = list(config.get("lr_boundaries") or [])
+  values = list(config.get("lr_values") or [])
+  _require(all(_is_int(b) and b > 0 for b in bounds) and bounds == sorted(set(bounds)),
+           "lr_boundaries", bounds, "be increasing positive steps")
+  _require(all(_is_number(v) and v > 0 for v in values),
+           "lr_values", values, "be positive numbers")
+  _require(not (bounds or values) or len(values) == len(bounds) + 1, "lr_values", values,
+           f"have one more entry than config.lr_boundaries={bounds!r} (or both empty: "
+           "constant learning_rate)")
+
+
+def validate_config(config: Config) -> None:
+  """Checks the optimizer fields; a one-line ``ValueError`` naming the field.
+
+  ``optimizer`` and ``learning_rate`` are required; ``rmsprop_decay`` (in [0, 1)),
+  ``adagrad_init`` (>= 0), ``grad_clip`` (>= 0 or None) and the schedule fields
+  (:func:`check_schedule`) are checked when present.
+  """
+  check_optimizer_name(config["optimizer"])
+  lr = config["learning_rate"]
+  _require(_is_number(lr) and lr > 0, "learning_rate", lr, "be > 0")
+  decay = config.get("rmsprop_decay", 0.9)
+  _require(_is_number(decay) and 0 <= decay < 1, "rmsprop_decay", decay, "be in [0, 1)")
+  init = config.get("adagrad_init", 0.1)
+  _require(_is_number(init) and init >= 0, "adagrad_init", init, "be >= 0")
+  clip = config.get("grad_clip")
+  _require(clip is None or (_is_number(clip) and clip >= 0), "grad_clip", clip,
+           "be a maximum global norm > 0, or None or 0 to switch clipping off")
+  check_schedule(config)
+
+
+# -------------------------------------------------------------------------- building
+
+
+def make_schedule(config: Config) -> optax.Schedule:
+  """Constant ``learning_rate``, or piecewise constant from ``lr_boundaries``/``lr_values``:
+  ``lr(step) = lr_values[i]`` for ``lr_boundaries[i-1] <= step < lr_boundaries[i]``."""
+  check_schedule(config)
   boundaries = list(config.get("lr_boundaries") or [])
   values = list(config.get("lr_values") or [])
   if not boundaries and not values:
-    return optax.constant_schedule(config.learning_rate)
-  if len(values) != len(boundaries) + 1:
-    raise ValueError(
-        f"lr_values={values} must have one more entry than lr_boundaries={boundaries}.")
-  if sorted(boundaries) != boundaries or any(b <= 0 for b in boundaries):
-    raise ValueError(f"lr_boundaries={boundaries} must be increasing positive steps.")
-  schedules = [optax.constant_schedule(v) for v in values]
-  return optax.join_schedules(schedules, boundaries)
+    return optax.constant_schedule(config["learning_rate"])
+  return optax.join_schedules([optax.constant_schedule(v) for v in values], boundaries)
 
 
-def make_optimizer(config) -> optax.GradientTransformation:
-  """The optimizer named by ``config.optimizer``, with global-norm clipping first."""
-  name = config.optimizer
-  lr = make_schedule(config)
-  if name == "rmsprop":
-    # TF1 RMSPropOptimizer, which the authors used: decay 0.9, eps 1e-10 inside the
-    # sqrt and the mean-square accumulator initialised to 1 (not 0).
-    opt = optax.rmsprop(lr, decay=config.get("rmsprop_decay", 0.9), eps=1e-10,
-                        eps_in_sqrt=True, initial_scale=1.0)
-  elif name == "adam":
-    opt = optax.adam(lr)
-  elif name == "adagrad":
-    opt = optax.adagrad(lr, initial_accumulator_value=config.get("adagrad_init", 0.1))
-  elif name == "sgd":
-    opt = optax.sgd(lr)
-  else:
-    raise ValueError(f"config.optimizer={name!r} is unknown; accepted: {list(OPTIMIZERS)}.")
-  # Recurrent matrices named ``recurrent_orthogonal`` (the uRNN cell) take Riemannian
-  # Cayley steps on the Stiefel manifold instead (Wisdom et al., 2016); a no-op otherwise.
-  opt = urnn.make_urnn_optimizer(opt, lr)
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+  """The optimizer named by ``config.optimizer``, with global-norm clipping first.
+
+  Every optimizer wrapper registered by a cell module wraps the optimizer (for the uRNN:
+  ``recurrent_orthogonal`` takes Cayley steps of the same schedule, Wisdom et al. 2016);
+  each is a no-op for a parameter tree without its cell's parameters.
+  """
+  validate_config(config)
+  schedule = make_schedule(config)
+  opt = _OPTIMIZERS.get(config["optimizer"])(config, schedule)
+  for wrap in cells_lib.optimizer_wrappers():
+    opt = wrap(opt, schedule)
   clip = config.get("grad_clip")
   return optax.chain(optax.clip_by_global_norm(clip), opt) if clip else opt

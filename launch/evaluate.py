@@ -1,0 +1,74 @@
+r"""Evaluates a checkpoint with the evaluators of its config (no training, nothing written).
+
+    python -m launch.evaluate --workdir=/tmp/recall                  # latest checkpoint
+    python -m launch.evaluate --workdir=/tmp/babi/qa1 --best         # early stopping's best
+    python -m launch.evaluate --workdir=/tmp/recall --step=5000 --evals=test \
+        --config.evals.test.batches=10
+
+The config is the task's default (``--task``, ``--variant``) updated with the run's
+``<workdir>/config.json`` (written by ``launch.train``), then ``--config.FIELD=VALUE``.
+Prints one JSON line: the step and every evaluator's metrics.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+import tasks
+from rumjax import configs, utils
+
+flags.DEFINE_string("workdir", None, "The training run's workdir.", required=True)
+flags.DEFINE_bool("best", False, "Evaluate <workdir>/best (kept by early stopping) instead.")
+flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+flags.DEFINE_list("evals", None, "Evaluators to run (keys of config.evals; default: all).")
+flags.DEFINE_string("task", None, "Task (default: the one in <workdir>/config.json).")
+flags.DEFINE_string("variant", None, "Variant (default: the one in <workdir>/config.json).")
+flags.DEFINE_string("cpu_devices", None, "CPU devices for sharded evaluation, or 'auto'.")
+FLAGS = flags.FLAGS
+
+
+def define_config_flag(argv) -> None:
+  """``--config``: the task's default config updated with the run's saved config."""
+  workdir = configs.argv_value(argv, "workdir") or ""
+  saved = utils.read_json(os.path.join(workdir, "config.json"), {})
+  name = configs.argv_value(argv, "task") or saved.get("task")
+  if not name:
+    sys.exit(f"error: no {os.path.join(workdir, 'config.json')}; pass --task (and "
+             "--variant) of the run.")
+  try:
+    config = tasks.get_task(name).default_config(
+        configs.argv_value(argv, "variant") or saved.get("variant"))
+    configs.update_from_dict(config, saved)
+    configs.check_fields(config, configs.override_paths(argv))
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  config_flags.DEFINE_config_dict("config", config, "The run's config; override fields "
+                                  "with --config.FIELD=VALUE.")
+
+
+def main(argv):
+  del argv
+  logging.get_absl_handler().addFilter(utils.QuietOrbax())
+  from rumjax import training
+  try:
+    training.sharding.use_cpu_devices(FLAGS.cpu_devices)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  config = FLAGS.config
+  task = tasks.get_task(config.task)
+  workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  try:
+    task.validate_config(config)
+    metrics = training.evaluate_checkpoint(config, workdir, task, step=FLAGS.step,
+                                           names=FLAGS.evals)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  print(json.dumps(metrics, default=float))
+
+
+if __name__ == "__main__":
+  define_config_flag(sys.argv)
+  app.run(main)

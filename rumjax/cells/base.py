@@ -1,0 +1,105 @@
+"""What the comparison cells share: dtype fields, the zero carry, dtype promotion, zoneout.
+
+``RecurrentCell`` is the base of the cells in this package (EURNN, GORU, uRNN, FW-LN,
+LN-LSTM). A subclass declares ``features`` (the hidden size) as its first field and its
+own options after it; the base adds three keyword-only fields, so ``features`` stays the
+first positional field as in ``nn.GRUCell``::
+
+    @register_cell("mycell")
+    class MyCell(RecurrentCell):
+      features: int
+      alpha: float = 0.5
+
+      @nn.compact
+      def __call__(self, carry, inputs):
+        kernel = self.param("kernel_x", init, (inputs.shape[-1], self.features),
+                            self.param_dtype)
+        inputs, h, (kernel,) = self.promote(inputs, kernel, carry, kernel)
+        h = jnp.tanh(inputs @ kernel + self.alpha * h)
+        return h, h
+
+The default carry is ``h_0 = carry_init(rng, (*batch, N))``; a cell with a structured
+carry (``(A, h)``, ``(c, h)``) overrides ``initialize_carry`` and builds each state with
+:meth:`RecurrentCell.hidden_carry`.
+"""
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def check_probability(name: str, p: float) -> None:
+  """``ValueError`` naming ``name`` unless ``0 <= p < 1``."""
+  if not 0.0 <= p < 1.0:
+    raise ValueError(f"{name}={p!r} must be a probability in [0, 1).")
+
+
+def zoneout(module: nn.Module, rate: float, prev: Array, new: Array, *,
+            deterministic: bool) -> Array:
+  """Zoneout (Krueger et al., 2017) of one state, <float>[..., N] -> <float>[..., N].
+
+  Training (``deterministic=False``): each unit keeps its previous value with probability
+  ``rate``, ``h_t = where(m, h_{t-1}, h~_t)`` with ``m ~ Bernoulli(rate)`` per unit, drawn
+  from ``module``'s ``"dropout"`` RNG. Evaluation: the expectation
+  ``rate * h_{t-1} + (1 - rate) * h~_t``. ``rate = 0`` returns ``new`` (no RNG is used).
+
+  Args:
+    module: the cell (its ``make_rng("dropout")`` draws the mask).
+    rate: the zoneout probability, in [0, 1).
+    prev: the previous state ``h_{t-1}``.
+    new: the updated state ``h~_t``, same shape.
+    deterministic: evaluation mode.
+  """
+  if rate == 0:
+    return new
+  if deterministic:
+    return rate * prev + (1.0 - rate) * new
+  keep = jax.random.bernoulli(module.make_rng("dropout"), rate, new.shape)
+  return jnp.where(keep, prev, new)
+
+
+class RecurrentCell(nn.RNNCellBase):
+  """Base of the comparison cells: ``dtype``/``param_dtype``/``carry_init`` and helpers.
+
+  Attributes:
+    dtype: the dtype of the computation (keyword only); ``None`` promotes the inputs,
+      the first kernel and the carry (Flax's rule).
+    param_dtype: the dtype of the parameters and of the initial carry (keyword only).
+    carry_init: initializer of the hidden state ``h_0`` (keyword only; zeros).
+  """
+  dtype: Optional[Any] = dataclasses.field(default=None, kw_only=True)
+  param_dtype: Any = dataclasses.field(default=jnp.float32, kw_only=True)
+  carry_init: Callable = dataclasses.field(default=nn.initializers.zeros_init(),
+                                           kw_only=True)
+
+  def promote(self, inputs: Array, kernel: Array, carry: Any, *params: Array):
+    """Casts ``inputs``, ``carry`` (any pytree) and ``params`` to the computation dtype.
+
+    The dtype is ``self.dtype`` if set, else the promotion of ``inputs``, ``kernel`` and
+    the leaves of ``carry`` (``nn.dtypes.canonicalize_dtype``).
+
+    Returns:
+      ``(inputs, carry, params)``, ``params`` a tuple in the order given.
+    """
+    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel, *jax.tree.leaves(carry),
+                                         dtype=self.dtype)
+    return jax.tree.map(lambda a: jnp.asarray(a, dtype), (inputs, carry, params))
+
+  @nn.nowrap
+  def hidden_carry(self, rng, input_shape) -> Array:
+    """``carry_init(rng)`` <param_dtype>[..., N] for inputs of shape ``(..., N_x)``."""
+    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
+
+  @nn.nowrap
+  def initialize_carry(self, rng, input_shape):
+    """``h_0`` <float>[..., N] (zeros by default) for inputs of shape ``(..., N_x)``."""
+    return self.hidden_carry(rng, input_shape)
+
+  @property
+  def num_feature_axes(self) -> int:
+    return 1

@@ -1,0 +1,86 @@
+"""Config helpers: dotted field names, overrides checked with a one-line error.
+
+    >>> check_fields(config, ["model.lam", "learning_rat"])
+    ValueError: unknown config field 'learning_rat' (closest: learning_rate); ...
+"""
+
+import difflib
+from typing import Any, Iterable, Mapping
+
+
+
+def field_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+  """Every field of a (nested) config as a dotted path: ``["model.lam", "seed", ...]``;
+  a nested config is listed too (``"model"``)."""
+  out = []
+  for key in config.keys():
+    path = f"{prefix}{key}"
+    out.append(path)
+    value = config[key]
+    if hasattr(value, "keys") and callable(value.keys):
+      out.extend(field_paths(value, f"{path}."))
+  return out
+
+
+def check_fields(config: Mapping[str, Any], paths: Iterable[str]) -> None:
+  """``ValueError`` naming the first of ``paths`` that is not a field of ``config``, with
+  the closest known fields."""
+  known = field_paths(config)
+  for path in paths:
+    if path not in known:
+      close = difflib.get_close_matches(path, known, n=3, cutoff=0.5)
+      hint = (f"closest: {', '.join(close)}" if close else
+              f"top-level fields: {', '.join(k for k in known if '.' not in k)}")
+      raise ValueError(f"unknown config field {path!r} ({hint}); --helpfull lists every "
+                       "field, nested ones as --config.model.FIELD.")
+
+
+def argv_value(argv: Iterable[str], name: str, default: Any = None) -> Any:
+  """The value of ``--name=V`` / ``--name V`` in ``argv`` (the last one wins, as in absl),
+  for the flags that must be read before the others parse (the task decides ``--config``)."""
+  argv, value = list(argv), default
+  for i, arg in enumerate(argv):
+    if arg.startswith(f"--{name}="):
+      value = arg.split("=", 1)[1]
+    elif arg == f"--{name}" and i + 1 < len(argv):
+      value = argv[i + 1]
+  return value
+
+
+def override_paths(argv: Iterable[str], flag: str = "config") -> list[str]:
+  """The fields that ``--config.FIELD=VALUE`` / ``--config.FIELD VALUE`` arguments set."""
+  out = []
+  start = f"--{flag}."
+  for arg in argv:
+    if arg.startswith(start):
+      out.append(arg[len(start):].split("=", 1)[0])
+  return out
+
+
+def set_fields(config, updates: Mapping[str, Any]) -> None:
+  """Sets dotted fields (``{"model.lam": 0, "seed": 1}``) of a ConfigDict in place;
+  ``ValueError`` for an unknown field (see :func:`check_fields`)."""
+  check_fields(config, updates)
+  with config.unlocked():
+    for path, value in updates.items():
+      *parents, leaf = path.split(".")
+      node = config
+      for p in parents:
+        node = node[p]
+      node[leaf] = value
+
+
+def update_from_dict(config, values: Mapping[str, Any], prefix: str = "") -> None:
+  """Sets the fields of ``config`` from a plain nested dict (e.g. a run's ``config.json``),
+  keeping ``config``'s types, placeholders and references; ``ValueError`` for a field the
+  config does not have."""
+  with config.unlocked():
+    for key, value in values.items():
+      path = f"{prefix}{key}"
+      if key not in config:
+        raise ValueError(f"config field {path!r} (from the saved config) is not a field of "
+                         "this task's config; was it saved by another version?")
+      if isinstance(value, Mapping) and hasattr(config[key], "keys"):
+        update_from_dict(config[key], value, f"{path}.")
+      else:
+        config[key] = value

@@ -1,0 +1,138 @@
+"""The evaluator protocol, its registry, and building evaluators from ``config.evals``.
+
+An evaluator is a class registered by name::
+
+    @register_evaluator("loss")
+    class LossEvaluator:
+      default_pred = "metrics"          # which predict function it wants by default
+
+      def __init__(self, predict_fn, *, data, mesh, prefix, model_state=None, **options):
+        ...
+
+      def run(self, state) -> dict[str, float]:
+        ...
+
+* ``predict_fn``: a jit-compiled function of ``(params, batch, model_state)`` (see
+  :func:`rumjax.training.loop.predict_fns` for the ones the loop offers: ``"metrics"``,
+  the task's ``loss_and_metrics`` sums, and ``"predict"``, the model's outputs; a task adds
+  its own, e.g. a beam decoder, through ``predict_fns(config, model)``);
+* ``data``: a function of no argument returning an iterable over this process's batches
+  of the split (NumPy dicts), called at every ``run``;
+* ``mesh``: the device mesh; batches are sharded on its ``data`` axis like training's;
+* ``prefix``: the metrics are named ``f"{prefix}_{name}"``;
+* ``model_state``: ``None``, or a function of no argument giving the initial carried state
+  (e.g. a language model's recurrent state, sharded like the batch);
+* ``state``: the :class:`~rumjax.training.state.TrainState` (``state.params``, ``step``).
+"""
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+from rumjax.registry import Registry
+
+EVALUATORS = Registry("evaluator")
+
+# Keys of a ``config.evals`` entry that the loop reads; the rest go to the evaluator.
+COMMON_OPTIONS = ("type", "split", "every", "at_end", "batches", "pred", "batch_size")
+
+
+def register_evaluator(name: str, cls: Optional[type] = None):
+  """Registers an evaluator class under ``name`` (usable as a decorator)."""
+  return EVALUATORS.register(name, cls)
+
+
+def eval_entry(type: str, split: str, *, every: int = 0, at_end: bool = True,
+               batches: int = 0, **options) -> dict:
+  """One ``config.evals`` entry as a plain dict (a ConfigDict accepts it as is)."""
+  return dict(type=type, split=split, every=every, at_end=at_end, batches=batches,
+              **options)
+
+
+@dataclasses.dataclass
+class Scheduled:
+  """An evaluator with its cadence: runs every ``every`` steps and/or at the end."""
+  name: str
+  evaluator: Any
+  every: int = 0
+  at_end: bool = True
+
+  def due(self, step: int, num_steps: int) -> bool:
+    """Whether to run after training step ``step`` (the end is handled separately)."""
+    return bool(self.every) and step % self.every == 0 and step < num_steps
+
+  def run(self, state) -> dict:
+    return self.evaluator.run(state)
+
+
+def _entries(evals) -> list[tuple[str, dict]]:
+  if evals is None:
+    return []
+  if hasattr(evals, "to_dict"):
+    evals = evals.to_dict()
+  return [(name, dict(entry)) for name, entry in evals.items()]
+
+
+def validate_evals(evals, predict_names=None, splits=None) -> None:
+  """Checks ``config.evals``; ``ValueError`` naming the entry and the field.
+
+  Args:
+    evals: the ``config.evals`` mapping.
+    predict_names: the predict functions available (``None``: not checked).
+    splits: the task's evaluation splits (``None``: not checked).
+  """
+  for name, entry in _entries(evals):
+    where = f"config.evals.{name}"
+    if "type" not in entry:
+      raise ValueError(f"{where} has no 'type'; known types: {EVALUATORS.names()}.")
+    try:
+      cls = EVALUATORS.get(entry["type"])
+    except ValueError as err:
+      raise ValueError(f"{where}.type: {err}") from None
+    if "split" not in entry:
+      raise ValueError(f"{where} has no 'split'.")
+    if splits is not None and entry["split"] not in splits:
+      raise ValueError(f"{where}.split={entry['split']!r} is unknown; the task's splits "
+                       f"are {list(splits)}.")
+    for field in ("every", "batches", "batch_size"):
+      value = entry.get(field)
+      if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                or value < 0):
+        raise ValueError(f"{where}.{field}={value!r} must be an integer >= 0.")
+    if not isinstance(entry.get("at_end", True), bool):
+      raise ValueError(f"{where}.at_end={entry['at_end']!r} must be True or False.")
+    pred = entry.get("pred") or cls.default_pred
+    if predict_names is not None and pred not in predict_names:
+      raise ValueError(f"{where}.pred={pred!r} is not a predict function of this task; "
+                       f"known: {sorted(predict_names)}.")
+
+
+def build_evaluators(evals, *, predict_fns: Mapping[str, Callable],
+                     data_fn: Callable[[str, Optional[int]], Any], mesh,
+                     model_state_fn: Optional[Callable[[Optional[int]], Any]] = None
+                     ) -> list[Scheduled]:
+  """The evaluators of ``config.evals``, in order.
+
+  Args:
+    evals: the ``config.evals`` mapping (see the package docstring).
+    predict_fns: ``{name: jitted fn(params, batch, model_state)}``.
+    data_fn: ``(split, batch_size or None) -> iterable of this process's batches``.
+    mesh: the device mesh.
+    model_state_fn: ``batch_size or None -> initial carried state`` (or ``None`` for a
+      stateless model).
+  """
+  validate_evals(evals, predict_fns)
+  out = []
+  for name, entry in _entries(evals):
+    cls = EVALUATORS.get(entry["type"])
+    split, batch_size = entry["split"], entry.get("batch_size")
+    options = {k: v for k, v in entry.items() if k not in COMMON_OPTIONS}
+    state_fn = None
+    if model_state_fn is not None:
+      state_fn = lambda bs=batch_size: model_state_fn(bs)
+    evaluator = cls(predict_fns[entry.get("pred") or cls.default_pred],
+                    data=lambda s=split, bs=batch_size: data_fn(s, bs), mesh=mesh,
+                    prefix=name, batches=entry.get("batches"), model_state=state_fn,
+                    **options)
+    out.append(Scheduled(name, evaluator, every=int(entry.get("every") or 0),
+                         at_end=bool(entry.get("at_end", True))))
+  return out

@@ -1,0 +1,540 @@
+r"""Experiment runner: a paper's set of models, each trained in ONE loop invocation.
+
+An :class:`Experiment` is data (defined next to the tasks, e.g. ``tasks/configs/recall.py``):
+a task module, a config variant, the models as dotted-field overrides, the paper's numbers
+and how to report them. Nothing here knows a task by name.
+
+Per model the generic loop (:func:`rumjax.training.train_and_evaluate`) is entered once and
+compiled once; what acts during training is a hook:
+
+* a :class:`~rumjax.training.TimeBudget` for a wall-clock budget;
+* a :class:`~rumjax.training.Periodic` with a :class:`CosThetaRecorder`: the mini-batch
+  mean of ``cos(theta_t)`` per time step on a fixed test batch, for models with a RUM
+  (Figure 5b,c of the RUM paper), appended to ``cos_theta.jsonl``;
+* an :class:`~rumjax.training.EarlyStopping` (:func:`train_with_early_stopping`).
+
+Evaluation during training is the config's evaluators (``config.evals``). Re-running with
+the same workdir resumes (the loop restores the latest checkpoint); a model whose
+``result.json`` says it finished with the same config is not run again (:func:`finished`).
+
+An experiment's folder ``<workdir>/<experiment>/`` holds
+
+* ``<model>/``: the loop's workdir (checkpoints, ``metrics.jsonl``, ``config.json``),
+  ``result.json`` (:func:`run_model`), ``params.npz``, and for a RUM ``cos_theta.jsonl``,
+  ``kernel_tau.png`` and ``cos_theta.png`` (:func:`rumjax.plotting.plot_rum_model`);
+* ``results.json`` (:func:`experiment_summary`), ``results.md``
+  (:func:`results_markdown`) and ``<experiment>.png`` (the experiment's ``plot``).
+
+Example::
+
+    summary = experiments.run_experiment(tasks.configs.EXPERIMENTS["recall_T30"],
+                                         "/tmp/repro", ["rum_lam1", "gru"],
+                                         experiments.Options(budget_minutes=3))
+"""
+
+import ast
+import dataclasses
+import datetime
+import json
+import numbers
+import os
+import platform
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import jax
+from absl import logging
+
+from rumjax import analysis, configs, plotting, training, utils
+
+RESULT_FILE = "result.json"
+COS_FILE = "cos_theta.jsonl"
+# Statuses of a model that needs no more training (with the same config).
+FINISHED = ("ok", "early_stopping")
+# Summary entries of the loop that are not metrics.
+_NOT_METRICS = ("step", "stop_reason", "preempted", "params", "eta_sec")
+
+
+# -------------------------------------------------------------------- experiments
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """A column of an experiment's Markdown table.
+
+  Attributes:
+    header: the column's title.
+    value: ``record -> value`` (``None`` shows as ``-``); ``record`` is a model's
+      ``result.json`` content with its ``"paper"`` entry (see :func:`experiment_summary`).
+    fmt: format spec of numbers.
+  """
+  header: str
+  value: Callable[[dict], Any]
+  fmt: str = ".1f"
+
+  def cell(self, record: dict) -> str:
+    value = self.value(record)
+    if value is None:
+      return "-"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+      return format(value, self.fmt)
+    return str(value)
+
+
+def metric(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
+  """A :class:`Column` value: the final metric ``name`` of a record times ``scale``."""
+  def value(record):
+    v = record.get("metrics", {}).get(name)
+    return None if v is None else scale * v
+  return value
+
+
+def paper(field: str) -> Callable[[dict], Any]:
+  """A :class:`Column` value: the paper's ``field`` for the record's model."""
+  return lambda record: (record.get("paper") or {}).get(field)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """A set of models trained on one task variant and compared with a paper.
+
+  Attributes:
+    name: the experiment's name and folder, e.g. ``"recall_T30"``.
+    task: the task module (``tasks.recall``).
+    variant: the config variant, ``task.default_config(variant)``.
+    models: ``{key: (label, {dotted field: value})}`` in table order, e.g.
+      ``{"gru": ("GRU", {"model.cell": "gru", "model.hidden_size": 50})}``.
+    tiny: overrides for smoke tests (``Options.tiny``): a small model, data and batch.
+    paper: ``{key: {...}}``, the paper's numbers per model (JSON-able), copied into the
+      model's record in ``results.json`` as ``"paper"``.
+    paper_source: where the paper's numbers come from, e.g. ``"Table 1"``.
+    columns: the table's columns after model, params, steps and wall time.
+    notes: ``summary -> [Markdown lines]`` shown above the table.
+    plot: ``(summary, exp_dir) -> path``, the experiment's figure.
+  """
+  name: str
+  task: Any
+  variant: Optional[str]
+  models: Mapping[str, tuple[str, Mapping[str, Any]]]
+  tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  paper: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  paper_source: str = ""
+  columns: Sequence[Column] = ()
+  notes: Optional[Callable[[dict], Sequence[str]]] = None
+  plot: Optional[Callable[[dict, str], Optional[str]]] = None
+
+
+@dataclasses.dataclass
+class Options:
+  """What a launcher sets for every model of a run.
+
+  Attributes:
+    steps: training steps (``config.num_steps``; default: the variant's).
+    budget_minutes: wall-clock budget per model and invocation (``None``: none).
+    eval_every: steps between periodic evaluations, ``cos(theta)`` records and
+      checkpoints (``config.eval_every``; default: the variant's).
+    eval_batches_during: at most this many batches for the periodic evaluators (e.g.
+      recall's dev; also at the end if they run there too); 0 keeps theirs. The
+      final-only evaluators keep the task's setting (whole splits, e.g. recall's test).
+    log_every: ``config.log_every``.
+    keep_checkpoints: checkpoints kept per model (one per ``eval_every``), so that
+      ``launch.plot`` can revisit training.
+    sets: ``{dotted field: value}`` for every model, applied after the model's own.
+    tiny: apply the experiment's ``tiny`` overrides.
+    seed: ``config.seed``.
+  """
+  steps: Optional[int] = None
+  budget_minutes: Optional[float] = None
+  eval_every: Optional[int] = None
+  eval_batches_during: int = 8
+  log_every: int = 10
+  keep_checkpoints: int = 100
+  sets: dict = dataclasses.field(default_factory=dict)
+  tiny: bool = False
+  seed: Optional[int] = None
+
+
+def check_options(options: Options) -> None:
+  """``ValueError`` naming the first bad option."""
+  for name, low in (("steps", 1), ("eval_every", 1), ("eval_batches_during", 0),
+                    ("log_every", 1), ("keep_checkpoints", 1)):
+    value = getattr(options, name)
+    if value is not None and value < low:
+      raise ValueError(f"{name}={value} must be >= {low}.")
+  if options.budget_minutes is not None and not options.budget_minutes > 0:
+    raise ValueError(f"budget_minutes={options.budget_minutes} must be > 0 (or unset).")
+
+
+def parse_overrides(items: Sequence[str]) -> dict:
+  """``["model.eta=1.0", "seed=3"]`` -> ``{"model.eta": 1.0, "seed": 3}``: values are
+  Python literals (``None``, numbers, ...); anything else stays a string."""
+  out = {}
+  for item in items:
+    if "=" not in item:
+      raise ValueError(f"--set={item!r} must be FIELD=VALUE, e.g. model.eta=1.0.")
+    field, value = (s.strip() for s in item.split("=", 1))
+    try:
+      out[field] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      out[field] = value
+  return out
+
+
+def select_models(exp: Experiment, keys: Optional[Sequence[str]] = None) -> list[str]:
+  """``keys`` (default: all of the experiment's models); ``ValueError`` for unknown ones."""
+  if not keys:
+    return list(exp.models)
+  unknown = [k for k in keys if k not in exp.models]
+  if unknown:
+    raise ValueError(f"unknown model(s) {unknown} for {exp.name}; known: "
+                     f"{list(exp.models)}.")
+  return list(keys)
+
+
+def limit_periodic_evals(config, batches: int) -> None:
+  """At most ``batches`` batches for the periodic evaluators of ``config.evals``
+  (``every > 0``; also at the end if they are ``at_end``); the final-only ones keep
+  theirs. 0 changes nothing."""
+  if not batches:
+    return
+  with config.unlocked():
+    for entry in config.evals.values():
+      if entry.get("every"):
+        entry.batches = min(entry.batches, batches) if entry.get("batches") else batches
+
+
+def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
+  """The config of model ``key``: the variant's defaults, the model's overrides, the
+  ``tiny`` ones, ``options.sets`` and ``seed``, then the run's steps and cadences
+  (``eval_every`` for evaluations and checkpoints); validated by the task.
+
+  Raises:
+    ValueError: for an unknown field or an invalid config, naming it.
+  """
+  options = options or Options()
+  _, overrides = exp.models[key]
+  config = exp.task.default_config(exp.variant)
+  updates = dict(overrides)
+  if options.tiny:
+    updates.update(exp.tiny)
+  updates.update(options.sets)
+  if options.seed is not None:
+    updates["seed"] = options.seed
+  configs.set_fields(config, updates)
+  with config.unlocked():
+    if options.steps is not None:
+      config.num_steps = options.steps
+    if options.eval_every is not None:
+      config.eval_every = options.eval_every
+    config.checkpoint_every = config.eval_every
+    config.keep_checkpoints = options.keep_checkpoints
+    config.log_every = options.log_every
+  limit_periodic_evals(config, options.eval_batches_during)
+  exp.task.validate_config(config)
+  return config
+
+
+# ---------------------------------------------------------------------- cos(theta)
+
+
+def _has_key(tree: Any, key: str) -> bool:
+  if isinstance(tree, Mapping):
+    return any(k == key or _has_key(v, key) for k, v in tree.items())
+  return False
+
+
+class CosThetaRecorder:
+  """``(step, state) -> None`` for :class:`~rumjax.training.Periodic`: appends the
+  mini-batch mean of ``cos(theta_t)`` per time step on a fixed test batch to
+  ``<workdir>/cos_theta.jsonl`` as ``{"step": s, "cos_mean": [T floats]}`` (read by
+  :func:`rumjax.analysis.read_cos_records`).
+
+  The values are what the model's RUM sows (:func:`rumjax.analysis.sown_cos`, the first
+  RUM in path order if there are several), from one jit-compiled apply on
+  :func:`rumjax.analysis.fixed_batch`, weighted by :func:`rumjax.analysis.step_weights`.
+  A model that sows no ``cos(theta)`` (no RUM) writes nothing; a step already in the file
+  (a resumed run) is not written again. The model and batch are built at the first call.
+  """
+
+  def __init__(self, task, config, workdir: str, *, rows: int = 128):
+    self.task, self.config, self.rows = task, config, rows
+    self.path = os.path.join(workdir, COS_FILE)
+    self._apply, self._sows, self._batch = None, None, None
+    self._done = set(analysis.read_cos_records(workdir))
+
+  def _build(self, params) -> None:
+    model = self.task.build_model(self.config)
+    self._batch = analysis.fixed_batch(self.task, self.config, rows=self.rows)
+    batch = self._batch
+    self._apply = jax.jit(lambda p: model.apply({"params": p}, batch, train=False,
+                                                mutable=["intermediates"])[1])
+    self._sows = _has_key(jax.eval_shape(self._apply, params), "cos_theta")
+
+  def __call__(self, step: int, state) -> None:
+    if self._apply is None:
+      self._build(state.params)
+    if not self._sows or step in self._done:
+      return
+    found = analysis.sown_cos(self._apply(state.params))
+    cos = found[sorted(found)[0]]
+    mean = analysis.mean_cos_per_step(cos, analysis.step_weights(self._batch, cos.shape))
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"step": int(step),
+                          "cos_mean": [round(float(c), 6) for c in mean]}) + "\n")
+    self._done.add(int(step))
+
+
+# ------------------------------------------------------------------ one model, one run
+
+
+def hardware_info() -> dict:
+  """The platform, devices, CPU model and versions of this process."""
+  cpu_model = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu_model = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu_model)
+  except OSError:
+    pass
+  devices = jax.devices()
+  return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
+          "device_count": len(devices), "cpu_count": os.cpu_count(),
+          "cpu_model": cpu_model, "jax_version": jax.__version__,
+          "python": platform.python_version()}
+
+
+class _StartStep:
+  """A hook noting the step the loop (re)started from."""
+  step = None
+
+  def begin(self, step, state, ctx):
+    del state, ctx
+    self.step = int(step)
+
+
+def _json_config(config) -> dict:
+  return json.loads(json.dumps(config.to_dict(), default=float))
+
+
+def finished(config, workdir: str) -> Optional[dict]:
+  """The record of ``<workdir>/result.json`` if that run finished (status in
+  :data:`FINISHED`) with the same config, else ``None``."""
+  record = utils.read_json(os.path.join(workdir, RESULT_FILE))
+  if (record and record.get("status") in FINISHED
+      and record.get("config") == _json_config(config)):
+    return record
+  return None
+
+
+def _evaluate_latest(config, workdir: str, task, start_step: int) -> dict:
+  """The final evaluators on the latest checkpoint (after a diverged run)."""
+  names = [k for k, e in config.evals.items() if e.get("at_end", True)]
+  try:
+    return training.evaluate_checkpoint(config, workdir, task, names=names)
+  except ValueError as err:
+    logging.warning("no checkpoint to evaluate in %s: %s", workdir, err)
+    return {"step": start_step}
+
+
+def _status(stop_reason: str) -> str:
+  return "ok" if stop_reason == "num_steps" else stop_reason
+
+
+def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
+              info: Optional[Mapping[str, Any]] = None,
+              invocation: Optional[Mapping[str, Any]] = None) -> dict:
+  """Trains ``config`` in ``workdir`` with one invocation of the loop and records it.
+
+  Args:
+    config: the task config.
+    workdir: the loop's workdir (resumed if it has checkpoints).
+    task: the task module.
+    hooks: the loop's hooks.
+    info: entries for the record, e.g. ``{"model": "gru", "label": "GRU"}``.
+    invocation: entries for this invocation's entry, e.g. ``{"budget_minutes": 3}``.
+
+  Returns:
+    The record, also written to ``<workdir>/result.json``: ``info``, ``config``,
+    ``num_params``, ``steps``, ``target_steps``, ``status`` (``"ok"`` when ``num_steps``
+    is reached, else the loop's stop reason: ``"budget"``, ``"early_stopping"``,
+    ``"preempted"``; ``"diverged"`` on a non-finite loss, with ``error`` and the final
+    evaluators' metrics of the last good checkpoint), the final ``metrics``, what hooks
+    add (``best_step``, ``best_metrics``, ...), ``invocations`` (steps from/to, wall and
+    CPU seconds, load average), their total wall and CPU time, and the hardware. The
+    final parameters go to ``<workdir>/params.npz``.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  start = _StartStep()
+  t0, c0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+  started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+  error = None
+  try:
+    summary = training.train_and_evaluate(config, workdir, task, [start, *hooks])
+    status = _status(summary["stop_reason"])
+  except training.NonFiniteError as err:
+    logging.error("%s diverged: %s", workdir, err)
+    status, error = "diverged", str(err)
+    summary = _evaluate_latest(config, workdir, task, start.step or 0)
+  params = summary.pop("params", None)
+  if params is not None:
+    analysis.save_params_npz(os.path.join(workdir, "params.npz"), params)
+    num_params = utils.count_params(params)
+  else:
+    num_params = training.count_model_params(task, config)
+  previous = utils.read_json(os.path.join(workdir, RESULT_FILE), {})
+  invocations = previous.get("invocations", []) + [{
+      "started": started, "steps_from": start.step, "steps_to": int(summary["step"]),
+      "wall_sec": round(time.perf_counter() - t0, 1),
+      "cpu_sec": round(time.process_time() - c0, 1), "status": status,
+      "load_avg_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+      **(invocation or {})}]
+  record = {
+      **(info or {}), "config": _json_config(config), "num_params": num_params,
+      "steps": int(summary["step"]), "target_steps": int(config.num_steps),
+      "status": status, "error": error,
+      "metrics": {k: float(v) for k, v in summary.items()
+                  if k not in _NOT_METRICS and not k.startswith("best_")
+                  and isinstance(v, numbers.Real)},
+      **{k: v for k, v in summary.items() if k.startswith("best_")},
+      "wall_sec_total": round(sum(i["wall_sec"] for i in invocations), 1),
+      "cpu_sec_total": round(sum(i["cpu_sec"] for i in invocations), 1),
+      "invocations": invocations, "hardware": hardware_info(),
+  }
+  utils.write_json(os.path.join(workdir, RESULT_FILE), record)
+  return record
+
+
+def train_with_early_stopping(config, workdir: str, task, *, metric: str = "eval_accuracy",
+                              mode: str = "max", patience: int = 5,
+                              budget_seconds: Optional[float] = None,
+                              info: Optional[Mapping[str, Any]] = None) -> dict:
+  """One loop invocation with :class:`~rumjax.training.EarlyStopping` on ``metric`` (and
+  a :class:`~rumjax.training.TimeBudget`); the best checkpoint is kept in
+  ``<workdir>/best``. Returns the :func:`run_model` record (``best_step``,
+  ``best_<metric>``, ``best_metrics``: every metric of the evaluation at the best step);
+  a run that had finished with the same config is not run again."""
+  done = finished(config, workdir)
+  if done is not None:
+    return done
+  hooks = [training.EarlyStopping(metric, mode=mode, patience=patience)]
+  if budget_seconds:
+    hooks.append(training.TimeBudget(budget_seconds))
+  return run_model(config, workdir, task, hooks=hooks, info=info,
+                   invocation={"budget_seconds": budget_seconds})
+
+
+# ---------------------------------------------------------------------- experiments
+
+
+def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
+                           options: Options) -> dict:
+  """Model ``key`` of ``exp`` in ``<exp_dir>/<key>``: one loop invocation with the
+  ``cos(theta)`` recorder every ``eval_every`` steps and the wall-clock budget, then the
+  RUM's figures. A model that had finished with the same config is not run again."""
+  model_dir = os.path.join(exp_dir, key)
+  done = finished(config, model_dir)
+  if done is not None:
+    logging.info("%s/%s: finished at step %d already.", exp.name, key, done["steps"])
+    return done
+  label = exp.models[key][0]
+  every = config.eval_every or config.num_steps
+  hooks = [training.Periodic(every, CosThetaRecorder(exp.task, config, model_dir))]
+  if options.budget_minutes:
+    hooks.append(training.TimeBudget(60 * options.budget_minutes))
+  logging.info("%s: training %s (%s) in %s", exp.name, key, label, model_dir)
+  record = run_model(config, model_dir, exp.task, hooks=hooks,
+                     info={"model": key, "label": label, "tiny": options.tiny},
+                     invocation={"budget_minutes": options.budget_minutes})
+  if record["status"] != "preempted" and plotting.is_rum_model_dir(model_dir):
+    try:
+      plotting.plot_rum_model(model_dir, title=label, task=exp.task)
+    except Exception as err:  # a plot must not lose the results
+      logging.error("plots of %s failed: %s", model_dir, err)
+  return record
+
+
+def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] = None,
+                   options: Optional[Options] = None,
+                   log: Callable[[str], None] = print) -> dict:
+  """Trains the models ``keys`` (default: all) of ``exp`` under ``<workdir>/<exp.name>``
+  one after the other, rewriting the experiment's results after each; stops after a
+  preempted model. Every config is built and checked before anything trains.
+
+  Returns:
+    The ``results.json`` content (:func:`experiment_summary`).
+
+  Raises:
+    ValueError: for an unknown model, config field or invalid option.
+  """
+  options = options or Options()
+  check_options(options)
+  cfgs = {key: model_config(exp, key, options) for key in select_models(exp, keys)}
+  exp_dir = os.path.join(workdir, exp.name)
+  for key, config in cfgs.items():
+    record = train_experiment_model(exp, key, config, exp_dir, options)
+    finish_experiment(exp, exp_dir)
+    log(json.dumps({"experiment": exp.name, "model": key, "steps": record["steps"],
+                    "status": record["status"],
+                    "wall_sec": record["invocations"][-1]["wall_sec"],
+                    **{k: v for k, v in record["metrics"].items() if k.startswith("test_")}}))
+    if record["status"] == "preempted":
+      break
+  return finish_experiment(exp, exp_dir)
+
+
+def experiment_summary(exp: Experiment, exp_dir: str) -> dict:
+  """``results.json``: the experiment, the hardware, and per model (in the experiment's
+  order, those with a ``result.json``) its record with the paper's numbers as
+  ``"paper"``."""
+  models = {}
+  for key in exp.models:
+    record = utils.read_json(os.path.join(exp_dir, key, RESULT_FILE))
+    if record is not None:
+      models[key] = dict(record, paper=exp.paper.get(key))
+  return {"experiment": exp.name, "task": exp.task.NAME, "variant": exp.variant,
+          "paper_source": exp.paper_source, "hardware": hardware_info(), "models": models}
+
+
+def results_markdown(exp: Experiment, summary: dict) -> str:
+  """The experiment's Markdown table: model, params, steps, wall time, the experiment's
+  columns and the status, under the hardware and the experiment's notes."""
+  hw = summary["hardware"]
+  lines = [f"### {summary['experiment']}", "",
+           f"Hardware: {hw['platform']} ({hw['cpu_model']}, {hw['cpu_count']} CPUs), "
+           f"jax {hw['jax_version']}.", ""]
+  if exp.notes is not None and summary["models"]:
+    lines += [*exp.notes(summary), ""]
+  header = ["model", "params", "steps", "wall (min)", *(c.header for c in exp.columns),
+            "status"]
+  lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for r in summary["models"].values():
+    cells = [r["label"], str(r["num_params"]), str(r["steps"]),
+             f"{r['wall_sec_total'] / 60:.1f}", *(c.cell(r) for c in exp.columns),
+             r["status"]]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def metric_curves(exp_dir: str, summary: dict, names: Sequence[str]) -> dict:
+  """``{label: {name: (steps, values)}}`` of the models' ``metrics.jsonl``."""
+  out = {}
+  for key, r in summary["models"].items():
+    records = utils.read_jsonl(os.path.join(exp_dir, key, "metrics.jsonl"))
+    out[r["label"]] = {name: analysis.metric_curve(records, name) for name in names}
+  return out
+
+
+def finish_experiment(exp: Experiment, exp_dir: str) -> dict:
+  """Writes ``results.json``, ``results.md`` and the experiment's plot; returns the
+  summary."""
+  os.makedirs(exp_dir, exist_ok=True)
+  summary = experiment_summary(exp, exp_dir)
+  utils.write_json(os.path.join(exp_dir, "results.json"), summary)
+  with open(os.path.join(exp_dir, "results.md"), "w") as f:
+    f.write(results_markdown(exp, summary))
+  if exp.plot is not None and summary["models"]:
+    try:
+      exp.plot(summary, exp_dir)
+    except Exception as err:  # a plot must not lose the results
+      logging.error("the plot of %s failed: %s", exp.name, err)
+  return summary

@@ -1,0 +1,44 @@
+"""Masked losses and metric sums shared by the tasks.
+
+Metrics are ``(sum, count)`` pairs so that the loop can add them over batches and devices
+and report ``sum / count``; rows with ``mask`` 0 (padding of the last evaluation batch)
+count nowhere.
+"""
+
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+import optax
+
+
+def batch_mask(batch: Mapping[str, Any], rows: int) -> jnp.ndarray:
+  """``batch["mask"]`` as float32 <float>[rows], or ones if the batch has none."""
+  mask = batch.get("mask")
+  if mask is None:
+    return jnp.ones((rows,), jnp.float32)
+  return jnp.asarray(mask, jnp.float32)
+
+
+def cross_entropy(logits: jnp.ndarray, labels: jnp.ndarray) -> jnp.ndarray:
+  """Softmax cross-entropy in float32: <float>[..., C], <int>[...] -> <float>[...]."""
+  return optax.softmax_cross_entropy_with_integer_labels(
+      jnp.asarray(logits, jnp.float32), labels)
+
+
+def classification_loss_and_metrics(logits, batch):
+  """Mean cross-entropy of one label per row, and accuracy, as ``(sum, count)`` pairs.
+
+  Args:
+    logits: <float>[batch, classes].
+    batch: ``{"targets": <int>[batch], "mask"?: <float>[batch], ...}``.
+
+  Returns:
+    ``(loss, {"loss": (ce_sum, n), "accuracy": (correct, n)})`` with ``n`` the number of
+    real (mask 1) rows.
+  """
+  targets = batch["targets"]
+  mask = batch_mask(batch, targets.shape[0])
+  ce_sum = jnp.sum(cross_entropy(logits, targets) * mask)
+  n = jnp.sum(mask)
+  correct = jnp.sum((jnp.argmax(logits, axis=-1) == targets) * mask)
+  return ce_sum / jnp.maximum(n, 1.0), {"loss": (ce_sum, n), "accuracy": (correct, n)}

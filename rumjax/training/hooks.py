@@ -1,0 +1,199 @@
+"""Hooks: what acts during training without re-entering the loop (compiled once per run).
+
+A hook has any of these methods; the loop calls them in the order the hooks are given::
+
+    begin(step, state, ctx)                 before the first step (after restoring)
+    after_step(step, state, ctx)            after every optimizer step
+    after_eval(step, state, metrics, ctx)   after the evaluators that ran at ``step``
+    end(step, state, summary, ctx)          after the final evaluation (may add to summary)
+
+``ctx`` (:class:`LoopContext`) gives the workdir, the config, the number of steps, and
+``ctx.request_stop(reason)``: the loop then saves a checkpoint, runs the final evaluation
+and returns with ``summary["stop_reason"] = reason``.
+
+Provided: :class:`Periodic` (a function of ``(step, state)`` every N steps, e.g. the
+``cos(theta)`` recorder of the RUM paper's Figure 5), :class:`EarlyStopping` (on an
+evaluator's metric, keeping the best checkpoint) and :class:`TimeBudget` (a wall-clock
+limit).
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Optional
+
+from absl import logging
+
+from rumjax import utils
+
+
+@dataclasses.dataclass
+class LoopContext:
+  """What a hook may read or ask of the loop.
+
+  Attributes:
+    workdir: the run's folder.
+    config: the run's config.
+    num_steps: the step the run trains to.
+    start_step: the step the run (re)started from.
+    save: ``(directory, step, state) -> None`` saves a checkpoint (state and the data
+      iterator position) under ``<directory>/checkpoints/<step>``.
+    stop_reason: ``None``, or why a hook asked to stop.
+  """
+  workdir: str
+  config: Any
+  num_steps: int
+  start_step: int
+  save: Callable[[str, int, Any], None]
+  stop_reason: Optional[str] = None
+
+  def request_stop(self, reason: str) -> None:
+    if self.stop_reason is None:
+      self.stop_reason = reason
+
+
+def call(hooks, method: str, *args) -> None:
+  """Calls ``hook.method(*args)`` on every hook that has it."""
+  for hook in hooks:
+    fn = getattr(hook, method, None)
+    if fn is not None:
+      fn(*args)
+
+
+class Periodic:
+  """Calls ``fn(step, state)`` every ``every`` steps (and at the start and the end).
+
+  Args:
+    every: steps between calls (> 0).
+    fn: ``(step, state) -> None``.
+    at_start: also call before the first step of a fresh run (step 0).
+    at_end: also call after the last step of this invocation (if it trained at all and
+      the step is not a multiple of ``every``).
+  """
+
+  def __init__(self, every: int, fn: Callable[[int, Any], None], *, at_start: bool = True,
+               at_end: bool = True):
+    if every < 1:
+      raise ValueError(f"Periodic(every={every}) must be >= 1.")
+    self.every, self.fn, self.at_start, self.at_end = every, fn, at_start, at_end
+    self._last = None
+
+  def begin(self, step: int, state, ctx: LoopContext) -> None:
+    del ctx
+    if self.at_start and step == 0:
+      self.fn(step, state)
+      self._last = step
+
+  def after_step(self, step: int, state, ctx: LoopContext) -> None:
+    del ctx
+    if step % self.every == 0:
+      self.fn(step, state)
+      self._last = step
+
+  def end(self, step: int, state, summary: dict, ctx: LoopContext) -> None:
+    del summary
+    if self.at_end and self._last != step and step != ctx.start_step:
+      self.fn(step, state)
+      self._last = step
+
+
+class TimeBudget:
+  """Stops the run once ``seconds`` of wall-clock time have passed in this invocation
+  (counted from ``begin``, so a resumed run gets a new budget; compilation counts).
+
+  Args:
+    seconds: the budget (> 0).
+    clock: the clock in seconds (default ``time.monotonic``; tests pass a fake one).
+  """
+
+  def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+    if not seconds > 0:
+      raise ValueError(f"TimeBudget(seconds={seconds}) must be > 0.")
+    self.seconds, self.clock = float(seconds), clock
+    self.start = None
+
+  def begin(self, step: int, state, ctx: LoopContext) -> None:
+    del step, state, ctx
+    self.start = self.clock()
+
+  def after_step(self, step: int, state, ctx: LoopContext) -> None:
+    del state
+    if self.clock() - self.start >= self.seconds:
+      logging.info("Wall-clock budget of %.0f s reached at step %d.", self.seconds, step)
+      ctx.request_stop("budget")
+
+
+class EarlyStopping:
+  """Stops when ``metric`` has not improved for ``patience`` evaluations; keeps the best.
+
+  After every evaluation that reports ``metric``: if it beats the best so far (by more
+  than ``min_delta``), the state is saved under ``<workdir>/best/checkpoints/<step>``
+  (the previous best is replaced) and every metric of that evaluation is recorded (e.g.
+  the test accuracy measured at the best dev accuracy); otherwise a counter grows, and
+  the run stops when it reaches ``patience``. The record is kept in
+  ``<workdir>/early_stopping.json``, so a resumed run continues it (and a run that had
+  stopped stops again at once). ``end`` adds ``best_step``, ``best_<metric>`` and
+  ``best_metrics`` to the loop's summary.
+
+  Args:
+    metric: the metric name, e.g. ``"eval_accuracy"``.
+    mode: ``"max"`` or ``"min"``.
+    patience: evaluations without improvement before stopping (>= 1).
+    min_delta: the least change that counts as an improvement.
+  """
+  FILE = "early_stopping.json"
+
+  def __init__(self, metric: str, *, mode: str = "max", patience: int = 5,
+               min_delta: float = 0.0):
+    if mode not in ("max", "min"):
+      raise ValueError(f"EarlyStopping(mode={mode!r}) must be 'max' or 'min'.")
+    if patience < 1:
+      raise ValueError(f"EarlyStopping(patience={patience}) must be >= 1.")
+    self.metric, self.mode, self.patience, self.min_delta = metric, mode, patience, min_delta
+    self.record = {"best_step": None, "best_value": None, "best_metrics": {},
+                   "bad_evals": 0, "stopped": False}
+
+  def _path(self, ctx: LoopContext) -> str:
+    return os.path.join(ctx.workdir, self.FILE)
+
+  def best_dir(self, workdir: str) -> str:
+    return os.path.join(workdir, "best")
+
+  def begin(self, step: int, state, ctx: LoopContext) -> None:
+    del step, state
+    self.record.update(utils.read_json(self._path(ctx), {}))
+    if self.record["stopped"]:
+      ctx.request_stop("early_stopping")
+
+  def _better(self, value: float) -> bool:
+    best = self.record["best_value"]
+    if best is None:
+      return True
+    return (value > best + self.min_delta if self.mode == "max"
+            else value < best - self.min_delta)
+
+  def after_eval(self, step: int, state, metrics: dict, ctx: LoopContext) -> None:
+    if self.metric not in metrics:
+      return
+    value = float(metrics[self.metric])
+    if self._better(value):
+      ctx.save(self.best_dir(ctx.workdir), step, state)
+      self.record.update(best_step=step, best_value=value, bad_evals=0,
+                         best_metrics={k: float(v) for k, v in metrics.items()})
+    else:
+      self.record["bad_evals"] += 1
+    logging.info("early stopping: step %d %s=%.4f (best %.4f at step %d), %d/%d "
+                 "evaluations without improvement", step, self.metric, value,
+                 self.record["best_value"], self.record["best_step"],
+                 self.record["bad_evals"], self.patience)
+    if self.record["bad_evals"] >= self.patience:
+      self.record["stopped"] = True
+      ctx.request_stop("early_stopping")
+    utils.write_json(self._path(ctx), self.record)
+
+  def end(self, step: int, state, summary: dict, ctx: LoopContext) -> None:
+    del step, state, ctx
+    summary.update(best_step=self.record["best_step"],
+                   best_metrics=dict(self.record["best_metrics"]))
+    summary[f"best_{self.metric}"] = self.record["best_value"]

@@ -1,0 +1,48 @@
+"""Small helpers shared by the library and the command-line tools: JSON files written
+atomically, JSON-lines reading, parameter counting, and a log filter for orbax's chatter."""
+
+import json
+import os
+from typing import Any
+
+import jax
+
+
+def write_json(path: str, obj: Any) -> None:
+  """Writes ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename), so a
+  crash never leaves half a file; NumPy/JAX scalars are written as floats."""
+  tmp = f"{path}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1, default=float)
+  os.replace(tmp, path)
+
+
+def read_json(path: str, default: Any = None) -> Any:
+  """The JSON content of ``path``, or ``default`` if the file does not exist."""
+  if not os.path.exists(path):
+    return default
+  with open(path) as f:
+    return json.load(f)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a ``.jsonl`` file (``[]`` if it does not exist)."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def count_params(tree: Any) -> int:
+  """The number of scalars in a parameter tree (arrays or ``ShapeDtypeStruct``s)."""
+  return int(sum(x.size for x in jax.tree.leaves(tree)))
+
+
+class QuietOrbax:
+  """A ``logging`` filter that drops orbax's per-save INFO lines (warnings still show)::
+
+      absl.logging.get_absl_handler().addFilter(QuietOrbax())
+  """
+
+  def filter(self, record) -> bool:
+    return record.levelno >= 30 or "/orbax/" not in record.pathname

@@ -1,0 +1,160 @@
+"""Evaluators: the registry and config checks, sums over splits against NumPy, carried
+state, grouped accuracy, and sharded == unsharded evaluation."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from rumjax import evaluators
+from rumjax.training import sharding as sharding_lib
+from rumjax.training.state import TrainState
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _state(params):
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=(),
+                    rng=jnp.zeros((2,), jnp.uint32))
+
+
+def _batches(seed=0, n=5, rows=4, padded_rows=1):
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(n):
+    mask = np.ones(rows, np.float32)
+    if i == n - 1:
+      mask[rows - padded_rows:] = 0
+    out.append({"x": rng.normal(size=(rows, 3)).astype(np.float32),
+                "targets": rng.integers(0, 3, size=rows).astype(np.int32),
+                "group": rng.integers(0, 4, size=rows).astype(np.int32), "mask": mask})
+  return out
+
+
+def _logits(params, batch, model_state):
+  return batch["x"] @ params, model_state
+
+
+def _metrics(params, batch, model_state):
+  logits, _ = _logits(params, batch, model_state)
+  correct = (jnp.argmax(logits, -1) == batch["targets"]) * batch["mask"]
+  sq = jnp.sum(logits ** 2, -1) * batch["mask"]
+  return {"accuracy": (correct.sum(), batch["mask"].sum()),
+          "sq": (sq.sum(), batch["mask"].sum())}, model_state
+
+
+def test_registry_and_config_checks():
+  assert {"loss", "grouped_accuracy"} <= set(evaluators.EVALUATORS.names())
+  good = {"eval": evaluators.eval_entry("loss", "dev", every=5, batches=2)}
+  evaluators.validate_evals(good, predict_names=["metrics"], splits=["dev"])
+  bad = [
+      ({"e": dict(split="dev")}, "config.evals.e has no 'type'"),
+      ({"e": dict(type="los", split="dev")}, "did you mean 'loss'"),
+      ({"e": dict(type="loss")}, "config.evals.e has no 'split'"),
+      ({"e": dict(type="loss", split="train")}, "config.evals.e.split='train'"),
+      ({"e": dict(type="loss", split="dev", every=-1)}, "config.evals.e.every=-1"),
+      ({"e": dict(type="loss", split="dev", batches=1.5)}, "config.evals.e.batches=1.5"),
+      ({"e": dict(type="loss", split="dev", pred="beam")}, "config.evals.e.pred='beam'"),
+  ]
+  for evals, message in bad:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+      evaluators.validate_evals(evals, predict_names=["metrics"], splits=["dev"])
+
+
+def test_loss_evaluator_sums_like_numpy_and_caps_batches():
+  params = jnp.asarray(np.random.default_rng(1).normal(size=(3, 3)), jnp.float32)
+  batches = _batches()
+  mesh = sharding_lib.make_mesh()
+  evals = evaluators.build_evaluators(
+      ml_collections.ConfigDict({"all": dict(type="loss", split="dev"),
+                                 "two": dict(type="loss", split="dev", batches=2)}),
+      predict_fns={"metrics": jax.jit(_metrics)}, data_fn=lambda split, bs: iter(batches),
+      mesh=mesh)
+  out = {}
+  for ev in evals:
+    out.update(ev.run(_state(params)))
+  def reference(bs):
+    x = np.concatenate([b["x"] for b in bs])
+    m = np.concatenate([b["mask"] for b in bs]).astype(bool)
+    logits = x[m] @ np.asarray(params)
+    y = np.concatenate([b["targets"] for b in bs])[m]
+    return (logits.argmax(-1) == y).mean(), (logits ** 2).sum(-1).mean()
+  acc, sq = reference(batches)
+  assert out["all_accuracy"] == pytest.approx(acc)
+  assert out["all_sq"] == pytest.approx(sq, rel=1e-5)
+  acc2, sq2 = reference(batches[:2])
+  assert out["two_accuracy"] == pytest.approx(acc2) and out["two_sq"] == pytest.approx(sq2,
+                                                                                       rel=1e-5)
+
+
+def test_carried_state_flows_from_batch_to_batch_and_restarts_each_run():
+  """A running count carried as the model state: the evaluator must pass the state of
+  batch i to batch i + 1 and start from ``model_state()`` at every run."""
+  def counting(params, batch, count):
+    count = count + 1.0
+    return {"count": (jnp.sum(count), jnp.asarray(count.size, jnp.float32))}, count
+  batches = _batches(n=3, padded_rows=0)
+  ev = evaluators.build_evaluators(
+      {"s": dict(type="loss", split="dev")}, predict_fns={"metrics": jax.jit(counting)},
+      data_fn=lambda split, bs: iter(batches), mesh=sharding_lib.make_mesh(),
+      model_state_fn=lambda bs: jnp.zeros((4,)))[0]
+  assert ev.run(_state(None))["s_count"] == pytest.approx((1 + 2 + 3) / 3)
+  assert ev.run(_state(None))["s_count"] == pytest.approx(2.0)  # restarted from zeros
+
+
+def test_grouped_accuracy_matches_numpy():
+  params = jnp.asarray(np.random.default_rng(2).normal(size=(3, 3)), jnp.float32)
+  batches = _batches(n=6)
+  ev = evaluators.build_evaluators(
+      {"test": dict(type="grouped_accuracy", split="test", group_key="group", num_groups=4,
+                    name_format="qa{}")},
+      predict_fns={"predict": jax.jit(_logits)}, data_fn=lambda split, bs: iter(batches),
+      mesh=sharding_lib.make_mesh())[0]
+  out = ev.run(_state(params))
+  x = np.concatenate([b["x"] for b in batches])
+  m = np.concatenate([b["mask"] for b in batches]).astype(bool)
+  y = np.concatenate([b["targets"] for b in batches])
+  g = np.concatenate([b["group"] for b in batches])
+  correct = (x @ np.asarray(params)).argmax(-1) == y
+  assert out["test_accuracy"] == pytest.approx(correct[m].mean())
+  for k in range(4):
+    sel = m & (g == k)
+    if sel.any():
+      assert out[f"test_accuracy_qa{k}"] == pytest.approx(correct[sel].mean())
+    else:
+      assert f"test_accuracy_qa{k}" not in out
+
+
+def sharded_metrics() -> dict:
+  """The loss and grouped evaluators' metrics on this process's mesh (all its devices)."""
+  params = jnp.asarray(np.random.default_rng(3).normal(size=(3, 3)), jnp.float32)
+  batches = _batches(n=4, rows=8, padded_rows=3)
+  evals = evaluators.build_evaluators(
+      {"e": dict(type="loss", split="dev"),
+       "g": dict(type="grouped_accuracy", split="dev", group_key="group", num_groups=4)},
+      predict_fns={"metrics": jax.jit(_metrics), "predict": jax.jit(_logits)},
+      data_fn=lambda s, b: iter(batches), mesh=sharding_lib.make_mesh())
+  out = {"devices": jax.device_count()}
+  for ev in evals:
+    out.update(ev.run(_state(params)))
+  return out
+
+
+def test_sharded_evaluation_equals_one_device():
+  """The batch split over 4 CPU devices gives the metrics of one device."""
+  code = "import json; from tests import test_evaluators as t; print(json.dumps(t.sharded_metrics()))"
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  four = json.loads(proc.stdout.strip().splitlines()[-1])
+  one = sharded_metrics()
+  assert (four.pop("devices"), one.pop("devices")) == (4, 1)
+  assert four == pytest.approx(one, rel=1e-6)

@@ -1,0 +1,101 @@
+"""Hooks in the loop: periodic callbacks, a wall-clock budget, early stopping with the best
+checkpoint kept (and resumed), evaluation of a checkpoint, and one compilation per run."""
+
+import json
+import os
+
+import jax
+import pytest
+
+from rumjax import training
+from rumjax.training import hooks
+from tests import toy_task
+
+
+def _config(**overrides):
+  config = toy_task.default_config()
+  config.update(overrides)
+  return config
+
+
+def test_periodic_is_called_at_start_every_n_steps_and_at_the_end(tmp_path):
+  calls = []
+  hook = hooks.Periodic(4, lambda step, state: calls.append((step, int(state.step))))
+  summary = training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task,
+                                        hooks=[hook])
+  assert summary["stop_reason"] == "num_steps"
+  assert calls == [(0, 0), (4, 4), (8, 8), (10, 10)]  # the state is that of the step
+  # Resumed at the end: nothing trains, nothing is called; resumed to 14: 12 and the end.
+  calls.clear()
+  training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task, hooks=[hook])
+  assert calls == []
+  training.train_and_evaluate(_config(num_steps=14), str(tmp_path), toy_task, hooks=[hook])
+  assert calls == [(12, 12), (14, 14)]
+
+
+def test_time_budget_stops_saves_and_evaluates(tmp_path):
+  ticks = iter(range(1000))  # one second per reading: begin, then one after each step
+  budget = hooks.TimeBudget(3.5, clock=lambda: float(next(ticks)))
+  summary = training.train_and_evaluate(_config(num_steps=100), str(tmp_path), toy_task,
+                                        hooks=[budget])
+  assert summary["stop_reason"] == "budget" and not summary["preempted"]
+  assert summary["step"] == 4 and "eval_loss" in summary  # 4 s >= 3.5 s; final eval ran
+  assert os.path.isdir(tmp_path / "checkpoints" / "4")
+  with pytest.raises(ValueError, match="seconds"):
+    hooks.TimeBudget(0)
+
+
+def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
+  # The toy loss falls at every evaluation: "max" of eval_loss never improves after the
+  # first evaluation, so the run stops after `patience` more evaluations.
+  workdir = str(tmp_path)
+  stop = hooks.EarlyStopping("eval_loss", mode="max", patience=2)
+  summary = training.train_and_evaluate(_config(num_steps=100, eval_every=2,
+                                                checkpoint_every=0), workdir, toy_task,
+                                        hooks=[stop])
+  assert summary["stop_reason"] == "early_stopping" and summary["step"] == 6
+  assert summary["best_step"] == 2
+  first_eval = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))
+                if "eval_loss" in l][0]
+  assert first_eval["step"] == 2
+  assert summary["best_eval_loss"] == pytest.approx(first_eval["eval_loss"])
+  assert summary["best_metrics"]["eval_loss"] == pytest.approx(first_eval["eval_loss"])
+  # The best checkpoint is a complete one: evaluating it gives the best metrics again.
+  assert os.listdir(os.path.join(workdir, "best", "checkpoints")) == ["2"]
+  again = training.evaluate_checkpoint(_config(), os.path.join(workdir, "best"), toy_task)
+  assert again["step"] == 2 and again["eval_loss"] == pytest.approx(first_eval["eval_loss"])
+  # A second invocation reads early_stopping.json and stops at once.
+  resumed = training.train_and_evaluate(_config(num_steps=100, eval_every=2), workdir,
+                                        toy_task,
+                                        hooks=[hooks.EarlyStopping("eval_loss", mode="max",
+                                                                   patience=2)])
+  assert resumed["step"] == 6 and resumed["stop_reason"] == "early_stopping"
+  assert resumed["best_step"] == 2
+  with pytest.raises(ValueError, match="mode"):
+    hooks.EarlyStopping("eval_loss", mode="up")
+
+
+def test_evaluate_checkpoint_errors(tmp_path):
+  with pytest.raises(ValueError, match="no checkpoints in"):
+    training.evaluate_checkpoint(_config(), str(tmp_path / "none"), toy_task)
+  training.train_and_evaluate(_config(num_steps=5), str(tmp_path / "run"), toy_task)
+  with pytest.raises(ValueError, match="at step 3"):
+    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task, step=3)
+  with pytest.raises(ValueError, match=r"unknown evaluator\(s\) \['test'\]"):
+    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task, names=["test"])
+
+
+def test_one_run_compiles_the_train_step_once(tmp_path, monkeypatch):
+  """Hooks and evaluators act inside one invocation: the loss is traced once for the train
+  step and once for the evaluation, however many evaluations and callbacks run."""
+  traces = []
+  original = toy_task.loss_and_metrics
+
+  def counted(pred, batch):
+    traces.append(1)
+    return original(pred, batch)
+
+  monkeypatch.setattr(toy_task, "loss_and_metrics", counted)
+  training.train_and_evaluate(_config(num_steps=12, eval_every=2), str(tmp_path), toy_task,
+                              hooks=[hooks.Periodic(3, lambda step, state: None)])
+  assert len(traces) == 2

@@ -1,0 +1,224 @@
+"""rumjax.training.optim: optimizers by name, schedules, the config checks, the uRNN hook."""
+
+import inspect
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from rumjax import cells
+from rumjax.training import optim
+
+
+def _config(**overrides):
+  config = ml_collections.ConfigDict(dict(
+      optimizer="rmsprop", learning_rate=0.01, rmsprop_decay=0.9, adagrad_init=0.1,
+      grad_clip=None, lr_boundaries=[], lr_values=[]))
+  config.update(overrides)
+  return config
+
+
+def _params():
+  rng = np.random.default_rng(0)
+  w, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+  return {"rnn": {"cell": {"recurrent_orthogonal": jnp.asarray(w, jnp.float32),
+                           "kernel_x": jnp.asarray(rng.normal(size=(3, 6)), jnp.float32),
+                           "bias": jnp.zeros(6, jnp.float32)}},
+          "dense": {"kernel": jnp.asarray(rng.normal(size=(6, 2)), jnp.float32)}}
+
+
+def _grads(seed):
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), _params())
+
+
+def _run(tx, params, steps, grads=None):
+  """``steps`` updates of ``tx`` on the gradients ``_grads(1), _grads(2), ...`` (or ``grads``)."""
+  state = tx.init(params)
+  for s in range(steps):
+    updates, state = tx.update(grads or _grads(s + 1), state, params)
+    params = optax.apply_updates(params, updates)
+  return params
+
+
+# ------------------------------------------------------------------------ optimizers
+
+
+@pytest.mark.parametrize("name", optim.optimizer_names())
+def test_every_optimizer_builds_and_steps(name):
+  params = {"w": jnp.ones(3)}
+  tx = optim.make_optimizer(_config(optimizer=name))
+  new = _run(tx, params, 3, grads={"w": jnp.asarray([1.0, -2.0, 0.5])})
+  assert np.all(np.isfinite(new["w"])) and np.all(new["w"] != params["w"])
+
+
+def test_builtin_optimizers_are_the_papers_settings():
+  assert set(optim.OPTIMIZERS) == {"rmsprop", "adam", "adagrad", "sgd"}
+  assert set(optim.OPTIMIZERS) <= set(optim.optimizer_names())
+  params, grads = {"w": jnp.ones(4)}, {"w": jnp.asarray([1.0, -2.0, 0.5, 3.0])}
+  expected = {
+      # TF1 RMSProp: ms_0 = 1, ms_1 = 0.9 + 0.1 g^2, step lr g / sqrt(ms_1 + 1e-10).
+      "rmsprop": -0.01 * grads["w"] / np.sqrt(0.9 + 0.1 * grads["w"] ** 2 + 1e-10),
+      "adam": -0.01 * np.sign(grads["w"]),  # first Adam step: lr * g / |g|
+      # Adagrad: acc_1 = 0.1 + g^2.
+      "adagrad": -0.01 * grads["w"] / np.sqrt(0.1 + grads["w"] ** 2),
+      "sgd": -0.01 * grads["w"],
+  }
+  for name, want in expected.items():
+    tx = optim.make_optimizer(_config(optimizer=name))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(updates["w"], want, rtol=1e-4, err_msg=name)
+
+
+def test_grad_clip_by_global_norm_first():
+  tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=1.0, grad_clip=1.0))
+  params = {"a": jnp.ones(4), "b": jnp.ones(2)}
+  grads = {"a": jnp.full(4, 100.0), "b": jnp.full(2, -100.0)}
+  updates, _ = tx.update(grads, tx.init(params), params)
+  assert float(optax.tree.norm(updates)) == pytest.approx(1.0, rel=1e-5)
+  for off in (None, 0.0):
+    tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=1.0, grad_clip=off))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(updates["a"], -100.0)
+
+
+def test_a_registered_optimizer_is_found_by_name(monkeypatch):
+  monkeypatch.setitem(optim._OPTIMIZERS._entries, "signsgd",
+                      lambda config, schedule: optax.chain(optax.scale_by_sign(),
+                                                           optax.scale_by_learning_rate(
+                                                               schedule)))
+  config = _config(optimizer="signsgd", learning_rate=0.5)
+  optim.validate_config(config)
+  tx = optim.make_optimizer(config)
+  params = {"w": jnp.ones(2)}
+  updates, _ = tx.update({"w": jnp.asarray([3.0, -0.1])}, tx.init(params), params)
+  np.testing.assert_allclose(updates["w"], [-0.5, 0.5])
+
+
+# ------------------------------------------------------------------------- schedules
+
+
+def test_piecewise_schedule_at_the_boundaries():
+  config = _config(learning_rate=0.1, lr_boundaries=[3, 6], lr_values=[0.1, 0.01, 0.001])
+  schedule = optim.make_schedule(config)
+  steps = [0, 2, 3, 5, 6, 7, 10_000]
+  assert [float(schedule(s)) for s in steps] == pytest.approx(
+      [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.001])
+  assert float(optim.make_schedule(_config(learning_rate=0.3))(123)) == pytest.approx(0.3)
+
+
+def test_the_schedule_drives_the_steps():
+  tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=1.0, lr_boundaries=[2],
+                                    lr_values=[1.0, 0.5]))
+  params, grads = {"w": jnp.zeros(1)}, {"w": jnp.ones(1)}
+  state, sizes = tx.init(params), []
+  for _ in range(4):
+    updates, state = tx.update(grads, state, params)
+    sizes.append(float(-updates["w"][0]))
+  assert sizes == pytest.approx([1.0, 1.0, 0.5, 0.5])
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("optimizer", "lamb", r"config\.optimizer='lamb' is unknown; known optimizers are \["),
+    ("optimizer", "adamm", r"config\.optimizer='adamm' is unknown; known optimizers are "
+                           r"\[.*\]; did you mean 'adam'\?"),
+    ("optimizer", None, r"config\.optimizer=None is unknown"),
+    ("learning_rate", 0.0, r"config\.learning_rate=0\.0 must be > 0"),
+    ("rmsprop_decay", 1.0, r"config\.rmsprop_decay=1\.0 must be in \[0, 1\)"),
+    ("adagrad_init", -0.1, r"config\.adagrad_init=-0\.1 must be >= 0"),
+    ("grad_clip", -1.0, r"config\.grad_clip=-1\.0 must be a maximum global norm > 0, or "
+                        r"None or 0"),
+    ("lr_boundaries", [6, 3], r"config\.lr_boundaries=\[6, 3\] must be increasing positive"),
+    ("lr_boundaries", [3, 3], r"config\.lr_boundaries=\[3, 3\] must be increasing positive"),
+    ("lr_boundaries", [0], r"config\.lr_boundaries=\[0\] must be increasing positive"),
+    ("lr_values", [0.1, -1.0], r"config\.lr_values=\[0\.1, -1\.0\] must be positive"),
+    ("lr_values", [0.1, 0.2], r"config\.lr_values=\[0\.1, 0\.2\] must have one more entry "
+                              r"than config\.lr_boundaries=\[\]"),
+])
+def test_validate_config_names_the_field(field, value, match):
+  config = _config()
+  config[field] = value
+  with pytest.raises(ValueError, match=match) as err:
+    optim.validate_config(config)
+  assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match=match):  # make_optimizer checks the same way
+    optim.make_optimizer(config)
+
+
+def test_validate_config_accepts_the_defaults_and_missing_optional_fields():
+  optim.validate_config(_config())
+  optim.validate_config(_config(grad_clip=0.0, lr_boundaries=[10, 20],
+                                lr_values=[1e-3, 1e-4, 1e-5]))
+  optim.validate_config({"optimizer": "adam", "learning_rate": 1})  # a plain dict
+  with pytest.raises(ValueError, match=r"config\.learning_rate='1e-3' must be > 0"):
+    optim.validate_config({"optimizer": "adam", "learning_rate": "1e-3"})
+  assert float(optim.make_schedule(_config(lr_values=[0.2]))(5)) == pytest.approx(0.2)
+  with pytest.raises(ValueError, match="one more entry"):
+    optim.make_schedule(_config(lr_boundaries=[3], lr_values=[0.1]))
+
+
+# ------------------------------------------------------------------- the uRNN's hook
+
+
+def test_urnn_hook_keeps_the_recurrent_matrix_orthogonal():
+  config = _config(optimizer="rmsprop", learning_rate=0.05)
+  params = _params()
+  trained = _run(optim.make_optimizer(config), params, 20)
+  w0 = np.asarray(params["rnn"]["cell"]["recurrent_orthogonal"], np.float64)
+  w = np.asarray(trained["rnn"]["cell"]["recurrent_orthogonal"], np.float64)
+  assert np.abs(w.T @ w - np.eye(6)).max() < 1e-5
+  assert np.abs(w - w0).max() > 1e-2  # it moved
+  # The other parameters took exactly the base optimizer's steps.
+  others = lambda p: {"kernel_x": p["rnn"]["cell"]["kernel_x"],
+                      "bias": p["rnn"]["cell"]["bias"], "dense": p["dense"]}
+  base = optim.rmsprop(config, optim.make_schedule(config))
+  state, expected = base.init(others(params)), others(params)
+  for s in range(20):
+    updates, state = base.update(others(_grads(s + 1)), state, expected)
+    expected = optax.apply_updates(expected, updates)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               others(trained), expected)
+
+
+def test_urnn_hook_takes_the_cayley_step_of_wisdom_et_al():
+  """One step: W_new = (I + lr/2 A)^{-1} (I - lr/2 A) W, A = G W^T - W G^T (eq. (10))."""
+  lr = 0.05
+  params = _params()
+  trained = _run(optim.make_optimizer(_config(optimizer="adam", learning_rate=lr)), params, 1)
+  w = np.asarray(params["rnn"]["cell"]["recurrent_orthogonal"], np.float64)
+  g = np.asarray(_grads(1)["rnn"]["cell"]["recurrent_orthogonal"], np.float64)
+  a = g @ w.T - w @ g.T
+  eye = np.eye(6)
+  ref = np.linalg.solve(eye + lr / 2 * a, (eye - lr / 2 * a) @ w)
+  np.testing.assert_allclose(trained["rnn"]["cell"]["recurrent_orthogonal"], ref, atol=1e-5)
+
+
+def test_without_urnn_parameters_the_hook_is_a_no_op():
+  params = {"kernel": jnp.ones((3, 3)), "bias": jnp.zeros(3)}
+  grads = {"kernel": jnp.full((3, 3), 2.0), "bias": jnp.full(3, -1.0)}
+  config = _config(optimizer="adagrad")
+  tx, base = optim.make_optimizer(config), optim.adagrad(config, optim.make_schedule(config))
+  updates, _ = tx.update(grads, tx.init(params), params)
+  want, _ = base.update(grads, base.init(params), params)
+  jax.tree.map(np.testing.assert_array_equal, updates, want)
+
+
+def test_optim_does_not_import_the_urnn_module():
+  source = inspect.getsource(optim)
+  assert "urnn" not in "".join(line for line in source.splitlines(True)
+                               if line.lstrip().startswith(("import ", "from ")))
+  assert "make_urnn_optimizer" not in source
+  # Importing the optimizer module alone registers the hook (it imports rumjax.cells).
+  code = ("from rumjax.training import optim; from rumjax.cells import urnn; "
+          "import sys; assert urnn.make_urnn_optimizer in "
+          "sys.modules['rumjax.cells'].optimizer_wrappers()")
+  subprocess.run([sys.executable, "-c", code], check=True)
+  assert cells.make_urnn_optimizer in cells.optimizer_wrappers()

@@ -1,0 +1,107 @@
+"""``rumjax.plotting``: imports without Matplotlib, writes PNGs with the Agg canvas, and
+draws Figure 5 for a RUM workdir."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rumjax import analysis, plotting
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path):
+  with open(path, "rb") as f:
+    assert f.read(8) == PNG_MAGIC, path
+  assert os.path.getsize(path) > 5000, path   # a drawn figure, not an empty canvas
+
+
+def test_import_without_matplotlib():
+  code = textwrap.dedent("""
+      import sys
+      import rumjax.plotting
+      assert "matplotlib" not in sys.modules, "imported eagerly"
+      sys.modules["matplotlib"] = None   # as if not installed
+      try:
+        rumjax.plotting.save_kernel([[1.0]], "unused.png")
+      except ImportError as err:
+        assert "rumjax[plot]" in str(err), err
+      else:
+        raise AssertionError("no ImportError")
+      print("ok")
+  """)
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                        text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_save_figures(tmp_path):
+  rng = np.random.default_rng(0)
+  cos = {s: rng.uniform(-1, 1, 9) for s in (0, 10, 20)}
+  curves = {"RUM": {"train_loss": (np.arange(5), np.linspace(1, 0.1, 5)),
+                    "test_accuracy": (np.array([0, 4]), np.array([0.1, 0.9]))}}
+  paths = [
+      plotting.save_kernel(rng.normal(size=(8, 8)), str(tmp_path / "k.png")),
+      plotting.save_cos(cos, str(tmp_path / "sub" / "c.png"), title="cos"),
+      plotting.save_copying(curves, 0.5, str(tmp_path / "copying.png")),
+      plotting.save_recall(["RUM", "GRU"], [90.0, None], [100.0, 21.5],
+                           {"RUM": curves["RUM"]["train_loss"]}, str(tmp_path / "r.png"),
+                           accuracy_curves={"RUM": curves["RUM"]["test_accuracy"]}),
+  ]
+  for p in paths:
+    _assert_png(p)
+
+
+def _rum_workdir(path, with_cos=True):
+  os.makedirs(path)
+  config = {"task": "recall", "model": {"cell": "rum", "lam": 1}, "label": "RUM"}
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config, f)
+  params = {"rnn": {"cell": {"kernel_x": np.ones((3, 12)), "kernel_h": np.eye(4, 8),
+                             "bias": np.zeros(12)}}}
+  analysis.save_params_npz(os.path.join(path, "params.npz"), params)
+  with open(os.path.join(path, "result.json"), "w") as f:
+    json.dump({"steps": 7}, f)
+  if with_cos:
+    with open(os.path.join(path, "cos_theta.jsonl"), "w") as f:
+      for step in (0, 7):
+        f.write(json.dumps({"step": step, "cos_mean": [0.1 * step / 7, 0.2, -0.3]}) + "\n")
+
+
+def test_plot_rum_model(tmp_path):
+  model_dir = str(tmp_path / "exp" / "rum_lam1")
+  _rum_workdir(model_dir)
+  os.makedirs(tmp_path / "exp" / "gru")
+  with open(tmp_path / "exp" / "gru" / "config.json", "w") as f:
+    json.dump({"cell": "gru"}, f)
+  os.makedirs(tmp_path / "exp" / "rum_ln")
+  with open(tmp_path / "exp" / "rum_ln" / "config.json", "w") as f:
+    json.dump({"model": {"cell": "rum", "layer_norm": True}}, f)   # no rum_scan kernel
+  assert plotting.rum_model_dirs(str(tmp_path / "exp")) == [model_dir]
+  assert plotting.rum_model_dirs(model_dir) == [model_dir]
+  paths = plotting.plot_rum_model(model_dir, out_dir=str(tmp_path / "out"))
+  assert [os.path.basename(p) for p in paths] == ["kernel_tau.png", "cos_theta.png"]
+  for p in paths:
+    _assert_png(p)
+
+
+def test_plot_rum_model_without_records_or_task(tmp_path):
+  """No cos_theta.jsonl and no task: the cos panel says so instead of failing."""
+  model_dir = str(tmp_path / "rum")
+  _rum_workdir(model_dir, with_cos=False)
+  paths = plotting.plot_rum_model(model_dir)
+  assert all(os.path.exists(p) for p in paths)
+
+
+def test_draw_on_axes():
+  pytest.importorskip("matplotlib")
+  fig, axes = plotting._figure(ncols=2)
+  plotting.draw_cos_histograms(axes[0, 0], {})
+  plotting.draw_accuracy_bars(axes[0, 1], ["a"], [50.0], [None], chance=10.0)
+  assert axes[0, 1].get_ylabel() == "test accuracy (%)"
