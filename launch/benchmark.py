@@ -21,6 +21,20 @@ over the cores (intra-op threads); a candidate with the suffix ``:dp`` (``rum1:d
 splits the batch over all devices, as the training loop does (``launch.train
 --cpu_devices``), so the cores run the shards concurrently. ``x GRU`` is the ratio to GRU
 in the same mode, ``x best GRU`` to the faster of ``gru`` and ``gru:dp``.
+
+Decoding (``--decoding``, instead of the training table): jit-compiled ``greedy_search``
+and ``beam_search`` (``--beam_sizes``, ranked by average log-probability as the
+pointer-generator does) of a decoder that embeds the token, runs one cell step (GRU or
+RUM lam 0/1; the state is the cell's carry) and projects to the vocabulary, with random
+parameters from a fixed key, at ``--decode_shape`` BxNhxVxT (default: the RUM paper's
+summarization decoder: batch 16, hidden 256, vocabulary 50k, max_len 100, ``--min_len``
+35). The output bias of ``eos`` is -1e9, so no search ever picks it: all searches run to
+max_len (no early exit) and do the same number of steps. Candidates are alternated per
+round; reported: ms per decoded batch (median), compile time (with the first run),
+tokens/s (tokens of the best sequences), ``x greedy`` (beam k / greedy, same cell) and
+``x GRU`` (same search).
+
+    python -m launch.benchmark --decoding --decode_shape=8x128x10000x50 --repeats=3
 """
 
 import json
@@ -48,6 +62,14 @@ flags.DEFINE_integer("max_rum1_hidden", 256,
 flags.DEFINE_integer("matmul_size", 2048, "Size n of the n x n x n f32 matmul for the peak.")
 flags.DEFINE_bool("rss", False, "Also measure peak RSS in a subprocess per candidate.")
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
+flags.DEFINE_bool("decoding", False, "Time greedy vs beam search decoding instead of "
+                  "training steps.")
+flags.DEFINE_string("decode_shape", "16x256x50000x100",
+                    "Decoding shape BxNhxVxT: batch, hidden, vocabulary, max_len.")
+flags.DEFINE_integer("min_len", 35, "Decoding min_len (no eos before it), capped at max_len.")
+flags.DEFINE_list("beam_sizes", ["4"], "Beam sizes timed against greedy search.")
+flags.DEFINE_list("decode_cells", ["gru", "rum0", "rum1"],
+                  "Decoder cells: gru (flax GRUCell), rum0, rum1 (RUMCell lam 0/1).")
 flags.DEFINE_string("_rss_child", None, "Internal: candidate@shape to run once for --rss.")
 
 SHAPES = {  # name: (B, T, Nx, Nh)
@@ -207,6 +229,93 @@ def run_shape(name, shape, candidates, repeats, peak):
   return rows
 
 
+BOS, EOS = 1, 2
+
+
+def make_decoder(cell_name, b, nh, vocab):
+  """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
+  step, dense to the vocabulary; random parameters, eos's output bias at -1e9."""
+  import flax.linen as nn
+  import jax
+  import jax.numpy as jnp
+  import rumjax
+
+  if cell_name not in ("gru", "rum0", "rum1"):
+    raise ValueError(f"unknown decoder cell {cell_name!r}: gru, rum0, rum1.")
+  cell = nn.GRUCell(nh) if cell_name == "gru" else rumjax.RUMCell(nh, lam=int(cell_name[3]))
+  embed, out = nn.Embed(vocab, nh), nn.Dense(vocab)
+  k_embed, k_cell, k_out = jax.random.split(jax.random.key(1), 3)
+  carry, x = cell.initialize_carry(k_cell, (b, nh)), jnp.zeros((b, nh))
+  params = {"embed": embed.init(k_embed, jnp.zeros((b,), jnp.int32)),
+            "cell": cell.init(k_cell, carry, x), "out": out.init(k_out, x)}
+  bias = params["out"]["params"]["bias"]
+  params["out"]["params"]["bias"] = bias.at[EOS].set(-1e9)
+
+  def tokens_to_logits(p, tokens, carry):
+    carry, h = cell.apply(p["cell"], carry, embed.apply(p["embed"], tokens))
+    return out.apply(p["out"], h), carry
+  return tokens_to_logits, params, carry
+
+
+def make_search(tokens_to_logits, beam, b, max_len, min_len):
+  """Jitted ``search(params, carry) -> best sequences <int>[b, max_len]``; greedy if
+  ``beam == 0``."""
+  import functools
+  import jax
+  import rumjax
+  opts = dict(batch_size=b, bos_id=BOS, eos_id=EOS, max_len=max_len, min_len=min_len)
+
+  def search(params, carry):
+    f = functools.partial(tokens_to_logits, params)
+    if not beam:
+      return rumjax.greedy_search(f, carry, **opts)[0]
+    return rumjax.beam_search(f, carry, beam_size=beam, length_normalization="average",
+                              **opts)[0][:, 0]
+  return jax.jit(search)
+
+
+def run_decoding(shape, cells, beams, min_len, repeats):
+  """Times greedy and beam search per decoder cell, alternated per round."""
+  import jax
+  b, nh, vocab, max_len = shape
+  runs, rows = {}, {}
+  for cell in cells:
+    tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab)
+    for k in [0] + beams:
+      name = f"{cell}/{f'beam{k}' if k else 'greedy'}"
+      t0 = time.perf_counter()
+      f = make_search(tokens_to_logits, k, b, max_len, min(min_len, max_len))
+      compiled = f.lower(params, carry).compile()
+      seqs = jax.block_until_ready(compiled(params, carry))
+      runs[name] = (compiled, params, carry)
+      rows[name] = {"cell": cell, "beam": k, "compile_s": time.perf_counter() - t0,
+                    "tokens": int((seqs != EOS).sum()), "times_ms": []}
+  for _ in range(repeats):        # alternate the candidates
+    for name, (compiled, params, carry) in runs.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(compiled(params, carry))
+      rows[name]["times_ms"].append(1e3 * (time.perf_counter() - t0))
+  for r in rows.values():
+    r["ms"] = statistics.median(r["times_ms"])
+    r["tokens_per_s"] = 1e3 * r["tokens"] / r["ms"]
+  for r in rows.values():
+    r["ratio_greedy"] = r["ms"] / rows[f"{r['cell']}/greedy"]["ms"]
+    gru = rows.get("gru/" + (f"beam{r['beam']}" if r["beam"] else "greedy"))
+    if gru:
+      r["ratio_gru"] = r["ms"] / gru["ms"]
+  return rows
+
+
+def print_decoding(name, rows):
+  print(f"{'shape BxNhxVxT':>18} {'cell':>5} {'search':>7} {'ms/batch':>9} {'x greedy':>8} "
+        f"{'x GRU':>6} {'compile s':>9} {'tokens/s':>9}")
+  for r in rows.values():
+    search = f"beam{r['beam']}" if r["beam"] else "greedy"
+    ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
+    print(f"{name:>18} {r['cell']:>5} {search:>7} {r['ms']:9.2f} {r['ratio_greedy']:8.2f} "
+          f"{ratio} {r['compile_s']:9.2f} {r['tokens_per_s']:9.0f}")
+
+
 def main(argv):
   del argv
   from rumjax.training import sharding
@@ -221,6 +330,24 @@ def main(argv):
         f"device): {peak / 1e9:.1f} GFLOP/s")
   results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
              "devices": jax.device_count(), "cores": os.cpu_count()}
+  if FLAGS.decoding:
+    shape = tuple(int(v) for v in FLAGS.decode_shape.lower().split("x"))
+    if len(shape) != 4:
+      raise ValueError(f"decode_shape {FLAGS.decode_shape!r} is not BxNhxVxT.")
+    rows = run_decoding(shape, FLAGS.decode_cells, [int(k) for k in FLAGS.beam_sizes],
+                        FLAGS.min_len, FLAGS.repeats)
+    results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
+                           "candidates": rows}
+    print_decoding(FLAGS.decode_shape, rows)
+  else:
+    run_training(results, peak)
+  if FLAGS.output:
+    with open(FLAGS.output, "w") as f:
+      json.dump(results, f, indent=1)
+
+
+def run_training(results, peak):
+  """The training-step table over ``--shapes``."""
   head = (f"{'shape':>16} {'cand':>8} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
           f"{'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} "
           f"{'mm frac':>7}")
@@ -236,9 +363,6 @@ def main(argv):
       print(f"{name:>16} {c:>8} {r['ms']:9.2f} {ratio} {best} {r['compile_s']:9.2f} "
             f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
             f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
-  if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ For a RUM model workdir (a ``train_and_evaluate`` workdir with the ``config.json
   a ``.npz`` saved by :func:`rumjax.analysis.save_params_npz`, e.g. ``params.npz``);
 * ``cos_theta.png``: the distribution over the time steps of the mini-batch mean of
   ``cos(theta_t)`` at several points of training (Figure 5b,c). The values come from
-  ``cos_theta.jsonl`` (recorded by ``launch.reproduce`` after every training chunk on a
+  ``cos_theta.jsonl`` (recorded by ``launch.reproduce`` every --eval_every steps on a
   fixed test batch); without it they are computed from the checkpoints kept in the workdir.
 """
 

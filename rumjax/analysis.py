@@ -342,6 +342,6 @@ def metric_curve(records: Iterable[Mapping[str, Any]],
 
 def read_cos_records(workdir: str) -> dict[int, np.ndarray]:
   """``{training_step: <float>[T]}`` from ``<workdir>/cos_theta.jsonl`` (the per-step
-  means ``launch.reproduce`` records after every training chunk)."""
+  means ``launch.reproduce`` records every --eval_every steps)."""
   return {int(r["step"]): np.asarray(r["cos_mean"], np.float64)
           for r in read_jsonl(os.path.join(workdir, "cos_theta.jsonl"))}

@@ -336,6 +336,14 @@ def _evaluate_latest(config, workdir: str, task, start_step: int) -> dict:
     return {"step": start_step}
 
 
+def summary_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
+  """The metrics in a loop summary: the last ``train_*`` ones, ``steps_per_sec`` and the
+  final evaluators'; not the bookkeeping nor what hooks add (``best_*``)."""
+  return {k: float(v) for k, v in summary.items()
+          if k not in _NOT_METRICS and not k.startswith("best_")
+          and isinstance(v, numbers.Real)}
+
+
 def _status(stop_reason: str) -> str:
   return "ok" if stop_reason == "num_steps" else stop_reason
 
@@ -392,9 +400,7 @@ def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
       **(info or {}), "config": _json_config(config), "num_params": num_params,
       "steps": int(summary["step"]), "target_steps": int(config.num_steps),
       "status": status, "error": error,
-      "metrics": {k: float(v) for k, v in summary.items()
-                  if k not in _NOT_METRICS and not k.startswith("best_")
-                  and isinstance(v, numbers.Real)},
+      "metrics": summary_metrics(summary),
       **{k: v for k, v in summary.items() if k.startswith("best_")},
       "wall_sec_total": round(sum(i["wall_sec"] for i in invocations), 1),
       "cpu_sec_total": round(sum(i["cpu_sec"] for i in invocations), 1),

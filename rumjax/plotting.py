@@ -192,9 +192,11 @@ def save_copying(curves: Mapping[str, Mapping[str, tuple]], baseline: float, pat
 
 
 def save_recall(labels, ours, paper, loss_curves, path: str, title: str = "",
-                accuracy_curves: Optional[Mapping[str, tuple]] = None) -> str:
-  """Table 1 as bars (ours vs the paper), the training losses and, if given, the test
-  accuracy measured during training (``{label: (steps, accuracy in [0, 1])}``)."""
+                accuracy_curves: Optional[Mapping[str, tuple]] = None,
+                accuracy_title: str = "dev accuracy during training") -> str:
+  """Table 1 as bars (ours vs the paper), the training losses and, if given, the accuracy
+  measured during training (``{label: (steps, accuracy in [0, 1])}``, titled
+  ``accuracy_title``)."""
   ncols = 3 if accuracy_curves else 2
   fig, axes = _figure(6.0 * ncols, 4.6, ncols=ncols)
   draw_accuracy_bars(axes[0, 0], labels, ours, paper, chance=10.0,
@@ -204,8 +206,7 @@ def save_recall(labels, ours, paper, loss_curves, path: str, title: str = "",
   if accuracy_curves:
     draw_curves(axes[0, 2], {k: (s, 100 * np.asarray(v))
                              for k, (s, v) in accuracy_curves.items()},
-                ylabel="test accuracy (%)",
-                title="test accuracy during training (first eval batches)")
+                ylabel="accuracy (%)", title=accuracy_title)
   return _save(fig, path)
 
 
@@ -260,7 +261,7 @@ def plot_rum_model(model_dir: str, out_dir: Optional[str] = None,
   """``kernel_tau.png`` and ``cos_theta.png`` of a RUM model workdir; returns the paths.
 
   ``cos_theta.png`` draws the records of ``cos_theta.jsonl`` (``launch.reproduce`` writes
-  them after every training chunk); without them, and given ``task``, ``cos(theta)`` is
+  them every --eval_every steps); without them, and given ``task``, ``cos(theta)`` is
   computed from the checkpoints kept in the workdir on the task's fixed test batch
   (:func:`rumjax.analysis.cos_from_checkpoints`).
 

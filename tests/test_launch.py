@@ -195,3 +195,18 @@ def test_benchmark_runs_both_device_modes(tmp_path):
   assert rows["gru"]["ratio_gru"] == rows["gru:dp"]["ratio_gru"] == 1.0
   assert min(rows["gru"]["ratio_best_gru"], rows["gru:dp"]["ratio_best_gru"]) == 1.0
   assert all(r["ms"] > 0 for r in rows.values())
+
+
+def test_benchmark_decoding(tmp_path):
+  """--decoding at a tiny shape: greedy and beam per cell, all run to max_len, ratios."""
+  out = tmp_path / "decode.json"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.benchmark", "--decoding", "--decode_shape=2x8x32x6",
+       "--beam_sizes=2", "--repeats=1", "--matmul_size=64", f"--output={out}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "x greedy" in proc.stdout and "beam2" in proc.stdout
+  rows = json.loads(out.read_text())["decoding"]["candidates"]
+  assert set(rows) == {f"{c}/{s}" for c in ("gru", "rum0", "rum1") for s in ("greedy", "beam2")}
+  assert all(r["ms"] > 0 and r["compile_s"] > 0 and r["tokens"] == 2 * 6 for r in rows.values())
+  assert rows["rum1/greedy"]["ratio_greedy"] == rows["gru/beam2"]["ratio_gru"] == 1.0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tasks
-from rumjax import analysis, experiments, plotting
+from rumjax import analysis, experiments, plotting, training
 from tasks.configs import EXPERIMENTS
 from tasks.configs import recall as recall_configs
 
@@ -175,7 +175,7 @@ def test_resume_when_finished_does_nothing(runs):
   assert [json.loads(line)["steps"] for line in lines] == [3, 3]
 
 
-def test_resume_and_budget(tmp_path):
+def test_resume_budget_and_divergence(tmp_path, monkeypatch):
   root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
   run = lambda **kw: experiments.run_experiment(
       exp, root, ["gru"], experiments.Options(tiny=True, eval_every=2, **kw),
@@ -194,6 +194,14 @@ def test_resume_and_budget(tmp_path):
   assert (r["steps"], r["status"], len(r["invocations"])) == (4, "ok", 3)
   with open(os.path.join(root, "recall_T30", "results.md")) as f:
     assert "| GRU |" in f.read()
+  # A non-finite loss: status "diverged", the error, and the final evaluators' metrics of
+  # the last good checkpoint.
+  def diverge(*args, **kwargs):
+    raise training.NonFiniteError("non-finite loss or gradient at step 5")
+  monkeypatch.setattr(training, "train_and_evaluate", diverge)
+  r = run(steps=8)
+  assert (r["steps"], r["status"]) == (4, "diverged") and "step 5" in r["error"]
+  assert {"eval_accuracy", "test_accuracy"} <= set(r["metrics"])
 
 
 def test_configs_of_the_paper():

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launch import babi_all
 from rumjax import training
 from rumjax.cells import make_cell
 from rumjax.models.babi import SentenceQA, dot_attention
@@ -257,28 +256,6 @@ def test_word_model_uses_the_last_real_step(fixture_dirs):
                              atol=1e-6)
 
 
-def test_word_level_trains_with_early_stopping_and_keeps_the_best(fixture_dirs, tmp_path):
-  config = _config(fixture_dirs, lam=0)
-  workdir = str(tmp_path / "word")
-  # One chunk (each chunk compiles again); the chunk logic is tested with a fake loop below.
-  result = babi_all.train_with_early_stopping(config, workdir, babi, chunk_steps=2,
-                                              patience=3, max_steps=2)
-  assert result["steps"] == 2 and result["stop_reason"] == "max_steps"
-  assert [h["step"] for h in result["history"]] == [2]
-  assert 0 <= result["test_accuracy"] <= 1 and result["best_step"] == 2
-  best = os.path.join(workdir, "best", "checkpoints", str(result["best_step"]))
-  assert os.path.isdir(best)
-  model = babi.build_model(config)
-  batch = next(babi.train_data(config))
-  params = model.init(jax.random.key(1), batch)["params"]
-  restored = training.restore_params(os.path.join(workdir, "best"), params)
-  assert jax.tree.structure(restored) == jax.tree.structure(params)
-  # A second call resumes from early_stopping.json and returns at once.
-  again = babi_all.train_with_early_stopping(config, workdir, babi, chunk_steps=2,
-                                             patience=3, max_steps=2)
-  assert again["history"] == result["history"]
-
-
 @pytest.mark.parametrize("variant", ["sentence", "sentence_attention"])
 def test_sentence_level_trains(fixture_dirs, tmp_path, variant):
   config = _config(fixture_dirs, variant, lam=0, num_steps=2, eval_every=1)
@@ -291,37 +268,6 @@ def test_sentence_level_trains(fixture_dirs, tmp_path, variant):
   names = set(summary["params"])
   assert {"embed", "rnn", "head"} <= names
   assert ("attention_dense" in names) == (variant == "sentence_attention")
-
-
-def test_early_stopping_patience_and_budget(tmp_path):
-  """The chunk logic with a scripted loop: stop after `patience` chunks without a better
-  dev accuracy; report the test accuracy of the best chunk; respect the budget."""
-  import ml_collections
-  devs = iter([0.5, 0.7, 0.6, 0.7, 0.65, 0.9])
-
-  def fake_train(cfg, workdir, task):
-    del task
-    os.makedirs(os.path.join(workdir, "checkpoints", str(cfg.num_steps)), exist_ok=True)
-    dev = next(devs)
-    return {"step": cfg.num_steps, "eval_accuracy": dev, "test_accuracy": dev - 0.1}
-
-  config = ml_collections.ConfigDict({"num_steps": 0, "eval_every": 5})
-  out = babi_all.train_with_early_stopping(config, str(tmp_path / "a"), None, chunk_steps=10,
-                                           patience=3, max_steps=100, train_fn=fake_train)
-  assert out["stop_reason"] == "patience" and out["steps"] == 50
-  assert out["best_step"] == 20 and out["best_dev_accuracy"] == 0.7
-  assert out["test_accuracy"] == pytest.approx(0.6)
-  assert os.listdir(tmp_path / "a" / "best" / "checkpoints") == ["20"]
-  devs = iter([0.1, 0.2, 0.3])
-  out = babi_all.train_with_early_stopping(config, str(tmp_path / "b"), None, chunk_steps=10,
-                                           patience=3, max_steps=100, budget_seconds=0.0,
-                                           train_fn=fake_train)
-  assert out["stop_reason"] == "budget" and out["steps"] == 10
-  table = babi_all.format_table({1: out, 3: {"error": "missing"}}, "header")
-  assert "missing data" in table and "mean test accuracy over 1 sub-task(s)" in table
-
-
-# ----------------------------------------------------------------------------- real data
 
 
 @pytest.mark.slow

@@ -144,15 +144,8 @@ class SequenceClassifier(TokenSequenceModel):
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
-    """Logits of the whole sequence.
-
-    Args:
-      batch: ``{"inputs": <int>[batch, T], "lengths"?: <int>[batch], ...}``.
-      train: training mode (zoneout) or evaluation.
-
-    Returns:
-      logits: <float>[batch, num_classes].
-    """
+    """Logits <float>[batch, num_classes] of the whole sequence (arguments as
+    :meth:`SequenceTagger.__call__`)."""
     hs = self.encode(batch, train)
     lengths = batch.get("lengths")
     if lengths is None:
