@@ -20,13 +20,14 @@ functions that need one (:func:`fixed_batch`, :func:`cos_from_checkpoints`) take
 module as an argument.
 """
 
-import json
-import logging
 import os
 from typing import Any, Iterable, Mapping, Optional
 
 import jax
 import numpy as np
+
+from rumjax import utils
+from rumjax.training import checkpoint as checkpoint_lib
 
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
 
@@ -106,48 +107,9 @@ def save_params_npz(path: str, params: Any) -> None:
     np.savez(f, **flat)
 
 
-def checkpoint_steps(workdir: str) -> list[int]:
-  """The steps of the complete orbax checkpoints under ``<workdir>/checkpoints``."""
-  path = os.path.join(workdir, "checkpoints")
-  if not os.path.isdir(path):
-    return []
-  return sorted(int(d) for d in os.listdir(path)
-                if d.isdigit() and os.path.isdir(os.path.join(path, d, "state")))
-
-
-def load_checkpoint_params(workdir: str, step: Optional[int] = None) -> tuple[int, dict]:
-  """``(step, params)`` of a checkpoint written by :func:`rumjax.training.train_and_evaluate`
-  (the latest one by default), as NumPy arrays, without knowing the model."""
-  import orbax.checkpoint as ocp
-  steps = checkpoint_steps(workdir)
-  if not steps:
-    raise ValueError(f"no checkpoint under {os.path.join(workdir, 'checkpoints')}.")
-  step = steps[-1] if step is None else int(step)
-  if step not in steps:
-    raise ValueError(f"no checkpoint at step {step} in {workdir}; there are {steps}.")
-  path = os.path.abspath(os.path.join(workdir, "checkpoints", str(step), "state"))
-  checkpointer = ocp.PyTreeCheckpointer()
-  # The step-level metadata file sits one level up (written by the CheckpointManager);
-  # reading the item alone makes orbax warn about it on every call.
-  quiet = _DropMessages("_CHECKPOINT_METADATA")
-  logger = logging.getLogger("absl")
-  logger.addFilter(quiet)
-  try:
-    tree = checkpointer.metadata(path).item_metadata.tree
-    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    state = checkpointer.restore(path, restore_args=as_numpy)
-  finally:
-    logger.removeFilter(quiet)
-  return step, jax.tree.map(np.asarray, state["params"])
-
-
-class _DropMessages(logging.Filter):
-  def __init__(self, text: str):
-    super().__init__()
-    self.text = text
-
-  def filter(self, record) -> bool:
-    return self.text not in record.getMessage()
+# The one reader of checkpoints' parameters lives with the checkpoints.
+checkpoint_steps = checkpoint_lib.checkpoint_steps
+load_checkpoint_params = checkpoint_lib.read_params
 
 
 def load_params(path: str, step: Optional[int] = None) -> tuple[Optional[int], dict]:
@@ -322,12 +284,7 @@ def cos_histograms(cos_by_step: Mapping[int, Any], bins: int = 20,
 # --------------------------------------------------------------------------- records
 
 
-def read_jsonl(path: str) -> list[dict]:
-  """The records of a ``.jsonl`` file ([] if it does not exist)."""
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+read_jsonl = utils.read_jsonl
 
 
 def metric_curve(records: Iterable[Mapping[str, Any]],

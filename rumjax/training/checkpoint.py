@@ -11,6 +11,7 @@ moved aside to ``<workdir>/corrupt_checkpoints/`` (kept, never deleted) and the 
 one is tried.
 """
 
+import logging as logging_std
 import os
 import shutil
 import time
@@ -79,27 +80,77 @@ class Checkpointer:
     self.manager.close()
 
 
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The steps of the complete checkpoints under ``<workdir>/checkpoints`` (or under
+  ``workdir`` itself if it is such a folder)."""
+  directory = _checkpoints_dir(workdir)
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(d) for d in os.listdir(directory)
+                if d.isdigit() and os.path.isdir(os.path.join(directory, d, "state")))
+
+
+def _checkpoints_dir(workdir: str) -> str:
+  inner = os.path.join(workdir, "checkpoints")
+  return inner if os.path.isdir(inner) else workdir
+
+
+class _DropMessages(logging_std.Filter):
+  def __init__(self, text: str):
+    super().__init__()
+    self.text = text
+
+  def filter(self, record) -> bool:
+    return self.text not in record.getMessage()
+
+
+def read_params(workdir: str, step: Optional[int] = None) -> tuple[int, Any]:
+  """``(step, params)`` of a checkpoint (the latest by default) as NumPy arrays, without
+  knowing the model: the one reader of parameters from checkpoints (any saving topology).
+
+  Args:
+    workdir: a training workdir, its ``checkpoints`` folder, or a ``best`` folder.
+    step: the checkpoint's step (default: the latest).
+
+  Raises:
+    ValueError: no checkpoint (at ``step``) there, naming the folder and the steps found.
+  """
+  directory = _checkpoints_dir(workdir)
+  steps = checkpoint_steps(workdir)
+  if not steps or (step is not None and int(step) not in steps):
+    at = "" if step is None else f" at step {step}"
+    raise ValueError(f"no checkpoint found{at} in {directory!r} (steps there: {steps}).")
+  step = steps[-1] if step is None else int(step)
+  path = os.path.join(os.path.abspath(directory), str(step), "state")
+  checkpointer = ocp.PyTreeCheckpointer()
+  # The step-level metadata file sits one level up (written by the CheckpointManager);
+  # reading the item alone makes orbax warn about it on every call.
+  quiet = _DropMessages("_CHECKPOINT_METADATA")
+  logger = logging_std.getLogger("absl")
+  logger.addFilter(quiet)
+  try:
+    tree = checkpointer.metadata(path).item_metadata.tree
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    params = checkpointer.restore(path, restore_args=as_numpy)["params"]
+  finally:
+    logger.removeFilter(quiet)
+  return step, jax.tree.map(np.asarray, params)
+
+
 def restore_params(checkpoint_dir: str, abstract_params, step: Optional[int] = None):
   """The parameters alone from another run's checkpoints (e.g. pretraining), for
   initialising a model; ``checkpoint_dir`` is a workdir or its ``checkpoints`` folder.
 
-  Read as host arrays, so any saving topology works; the structure must match the model.
+  Read as host arrays (:func:`read_params`), so any saving topology works; the structure
+  must match the model.
   """
-  if os.path.isdir(os.path.join(checkpoint_dir, "checkpoints")):
-    checkpoint_dir = os.path.join(checkpoint_dir, "checkpoints")
-  steps = sorted(int(d) for d in (os.listdir(checkpoint_dir) if os.path.isdir(checkpoint_dir)
-                                  else []) if d.isdigit())
-  if not steps or (step is not None and step not in steps):
-    raise ValueError(f"no checkpoint found in {checkpoint_dir!r} to initialise from "
-                     f"(steps there: {steps}).")
-  path = os.path.join(os.path.abspath(checkpoint_dir), str(steps[-1] if step is None else step),
-                      "state")
-  checkpointer = ocp.PyTreeCheckpointer()
-  tree = checkpointer.metadata(path).item_metadata.tree
-  as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  params = checkpointer.restore(path, restore_args=as_numpy)["params"]
+  try:
+    _, params = read_params(checkpoint_dir, step)
+  except ValueError as err:
+    raise ValueError(f"cannot initialise from {checkpoint_dir!r}: {err}") from None
   try:
     return jax.tree.map(lambda ref, x: jax.numpy.asarray(x, ref.dtype), abstract_params,
                         params)
   except ValueError as err:
-    raise ValueError(f"the parameters in {path} do not match this model: {err}") from err
+    raise ValueError(f"the parameters in {checkpoint_dir} do not match this model: "
+                     f"{err}") from err
