@@ -15,10 +15,14 @@ from rumjax.cells.goru import GORUCell
 from rumjax.cells.lnlstm import LNLSTMCell
 from rumjax.cells.rum import RUM, RUMCell, supports_scan
 from rumjax.cells.urnn import URNNCell, make_urnn_optimizer, stiefel_cayley
+# Composite cells (built from cells, so not registered by name; config builders instead).
+from rumjax.cells.stacked import StackedCells, stacked_from_config
+from rumjax.cells.fast_slow import FastSlowCell, fast_slow_from_config
 
-__all__ = ["CELLS", "EURNNCell", "FWLNCell", "GORUCell", "LNLSTMCell", "OPTIMIZER_WRAPPERS",
-           "RUM", "RUMCell", "RecurrentCell", "URNNCell", "cell_fields", "cell_from_config",
-           "cell_names", "check_probability", "eunn_apply", "eunn_matrix", "eunn_num_angles",
-           "get_cell_class", "make_cell", "make_urnn_optimizer", "modrelu",
-           "optimizer_wrappers", "register_cell", "register_optimizer_wrapper",
+__all__ = ["CELLS", "EURNNCell", "FWLNCell", "FastSlowCell", "GORUCell", "LNLSTMCell",
+           "OPTIMIZER_WRAPPERS", "RUM", "RUMCell", "RecurrentCell", "StackedCells", "URNNCell",
+           "cell_fields", "cell_from_config", "cell_names", "check_probability", "eunn_apply",
+           "eunn_matrix", "eunn_num_angles", "fast_slow_from_config", "get_cell_class",
+           "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers",
+           "register_cell", "register_optimizer_wrapper", "stacked_from_config",
            "stiefel_cayley", "supports_scan", "zoneout"]

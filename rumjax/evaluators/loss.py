@@ -44,10 +44,14 @@ class LossEvaluator:
     self.predict_fn, self.data, self.mesh = predict_fn, data, mesh
     self.prefix, self.batches, self.model_state = prefix, batches, model_state
 
-  def run(self, state) -> dict[str, float]:
+  def sums(self, state) -> dict:
+    """``{name: (sum, count)}`` over the split (NumPy scalars)."""
     totals = None
     model_state = self.model_state() if self.model_state is not None else None
     for batch in sharded_batches(self.data, self.mesh, self.batches):
       metrics, model_state = self.predict_fn(state.params, batch, model_state)
       totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
-    return metrics_lib.summarize(totals or {}, self.prefix)
+    return totals or {}
+
+  def run(self, state) -> dict[str, float]:
+    return metrics_lib.summarize(self.sums(state), self.prefix)

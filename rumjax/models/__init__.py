@@ -5,7 +5,7 @@ from rumjax.models.registry import MODELS, build_model, model_fields, register_m
 from rumjax.models.sequence import (SequenceClassifier, SequenceTagger, TokenInput,
                                     TokenSequenceModel, build_sequence_model,
                                     run_recurrence)
-from rumjax.models import babi  # noqa: F401  (registers "sentence_qa")
+from rumjax.models import babi, lm  # noqa: F401  (register "sentence_qa", "lm")
 
 __all__ = ["MODELS", "SequenceClassifier", "SequenceTagger", "TokenInput", "build_model",
            "TokenSequenceModel", "build_sequence_model", "model_fields", "register_model",

@@ -35,7 +35,8 @@ Array = jax.Array
 
 
 def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Array] = None,
-                   train: bool = False, name: str = "rnn") -> Array:
+                   train: bool = False, name: str = "rnn", initial_carry: Any = None,
+                   return_carry: bool = False):
   """Runs ``cell`` over ``xs`` inside the calling module's ``@nn.compact`` method.
 
   The cell is cloned unbound (so its parameters always live under ``<name>/cell``,
@@ -58,9 +59,13 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
       (their outputs are unspecified, see ``nn.RNN``).
     train: training mode (zoneout masks) or evaluation.
     name: the name of the ``nn.RNN`` submodule.
+    initial_carry: the cell's carry before the first step (default: its
+      ``initialize_carry``), e.g. a language model's state carried from the last window.
+    return_carry: also return the carry after the last step.
 
   Returns:
-    hs: <float>[batch, T, cell.features], the output of every step.
+    hs: <float>[batch, T, cell.features], the output of every step; with
+    ``return_carry``, ``(carry, hs)``.
   """
   updates = {}
   if any(f.name == "deterministic" for f in dataclasses.fields(cell)):
@@ -69,11 +74,13 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   if rum_cell.supports_scan(cell):
     # Fast path: rum_scan (same parameters at <name>/cell). Outputs past seq_lengths are
     # unspecified here as under nn.RNN; callers read hs before each row's length.
-    return rum_cell.RUM(cell, name=name)(xs)
+    return rum_cell.RUM(cell, name=name)(xs, initial_carry=initial_carry,
+                                         return_carry=return_carry)
   # Sown intermediates (RUM's cos(theta), with mutable=["intermediates"]) stacked over time.
   rnn = nn.RNN(cell, split_rngs={"params": False, "dropout": True},
                variable_axes={"intermediates": -1}, name=name)
-  return rnn(xs, seq_lengths=seq_lengths)
+  return rnn(xs, seq_lengths=seq_lengths, initial_carry=initial_carry,
+             return_carry=return_carry)
 
 
 class TokenInput(nn.Module):

@@ -1,0 +1,360 @@
+r"""TFDS builder for the Penn Treebank of Mikolov's language-modelling set (``simple-examples``).
+
+Two ``BuilderConfig``\ s, each with the splits ``train`` / ``validation`` / ``test`` (the
+files' ``train`` / ``valid`` / ``test``):
+
+* ``word``: ``ptb.{train,valid,test}.txt``, one sentence per line, words separated by
+  spaces; rare words are already ``<unk>`` and numbers ``N`` (10,000 word types with the
+  end-of-line token ``<eos>``);
+* ``char``: ``ptb.char.{train,valid,test}.txt``, the same lines as characters separated by
+  spaces, ``_`` marking the space between two words (``a e r _ b a n k n o t e``).
+
+Each example is one line of the file, in file order::
+
+    {"line_index": 0,                        # 0-based position of the line in the split
+     "tokens": "aer banknote berlitz"}       # Text: the line's tokens joined by one space
+
+``tokens`` holds no end-of-line token: :func:`stream` appends ``<eos>`` after every line.
+For ``char`` the tokens are the file's symbols (``"a e r _ b a n k"``). Lines holding
+nothing but whitespace are skipped (each char file ends in an unterminated line holding one
+space); no other line of the real files is blank.
+
+Source: the public archive ``simple-examples.tgz`` (downloaded when ``manual_dir`` is empty;
+its files are under ``simple-examples/data/``) or ``manual_dir``, a folder holding the six
+files flat (the archive's ``simple-examples/data/``)::
+
+    <manual_dir>/ptb.train.txt  ptb.valid.txt  ptb.test.txt
+    <manual_dir>/ptb.char.train.txt  ptb.char.valid.txt  ptb.char.test.txt
+
+Use (TensorFlow not needed)::
+
+    >>> from tasks.datasets import ptb
+    >>> builder = ptb.prepare("word", manual_dir="../shared/data/ptb", data_dir="/tmp/tfds")
+    >>> lines = {s: ptb.read_split(builder, s) for s in ptb.SPLITS}  # list[list[str]]
+    >>> vocab = ptb.build_vocabulary("word", lines["train"])         # 10,000 tokens
+    >>> ids = ptb.stream(lines["train"], vocab)                      # <int32>[929_589]
+
+Measured on ``../shared/data/ptb`` (tests/test_ptb_data.py, ``-m slow``): see
+:data:`NUM_LINES`, :data:`STREAM_LENGTHS` and :data:`VOCAB_SIZES`.
+"""
+
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow_datasets as tfds
+from etils import epath
+
+from tasks.text.vocabulary import Vocabulary
+
+URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
+ARCHIVE_DATA = "simple-examples/data"  # the archive's folder holding the ptb.*.txt files
+LEVELS = ("char", "word")
+SPLITS = ("train", "validation", "test")
+FILE_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
+EOS = "<eos>"   # the end-of-line token of both levels
+UNK = "<unk>"   # PTB's own rare-word token (a word of the word-level files)
+SPACE = "_"     # the word boundary of the char files
+
+# Lines per split (both levels have the same lines).
+NUM_LINES = {"train": 42_068, "validation": 3_370, "test": 3_761}
+# Tokens of stream(lines, vocab): the line's tokens plus one EOS per line. Word level:
+# 887,521 / 70,390 / 78,669 words; char level: 4,975,414 / 389,672 / 438,662 symbols.
+STREAM_LENGTHS = {
+    "word": {"train": 929_589, "validation": 73_760, "test": 82_430},
+    "char": {"train": 5_017_482, "validation": 393_042, "test": 442_423},
+}
+# build_vocabulary(level, train lines): word 9,999 word types of ptb.train.txt (with
+# <unk> and N) + <eos>; char: 49 symbols of ptb.char.train.txt (48 characters and `_`;
+# valid and test use 49 and 47 of them) + <eos>.
+VOCAB_SIZES = {"word": 10_000, "char": 50}
+
+_CITATION = """\
+@inproceedings{mikolov2010recurrent,
+  title={Recurrent neural network based language model},
+  author={Mikolov, Tom{\\'a}{\\v{s}} and Karafi{\\'a}t, Martin and Burget, Luk{\\'a}{\\v{s}} and
+          {\\v{C}}ernock{\\'y}, Jan and Khudanpur, Sanjeev},
+  booktitle={Interspeech}, year={2010}}
+@article{marcus1993building,
+  title={Building a Large Annotated Corpus of {E}nglish: The {P}enn {T}reebank},
+  author={Marcus, Mitchell P. and Santorini, Beatrice and Marcinkiewicz, Mary Ann},
+  journal={Computational Linguistics}, volume={19}, number={2}, pages={313--330}, year={1993}}
+"""
+
+
+def _check_level(level: str) -> None:
+  if level not in LEVELS:
+    raise ValueError(f"level={level!r} is not a PTB level; use one of {list(LEVELS)}.")
+
+
+def file_name(level: str, split: str) -> str:
+  """``file_name("word", "validation") == "ptb.valid.txt"``; char: ``"ptb.char.valid.txt"``."""
+  _check_level(level)
+  if split not in FILE_SPLITS:
+    raise ValueError(f"split={split!r} is not a PTB split; use one of {list(SPLITS)}.")
+  return f"ptb.{'char.' if level == 'char' else ''}{FILE_SPLITS[split]}.txt"
+
+
+def file_names(level: str) -> dict[str, str]:
+  """``{split: file name}`` of a level's three files."""
+  return {s: file_name(level, s) for s in SPLITS}
+
+
+class PtbFormatError(ValueError):
+  """A line that is not in the PTB format; the message names the file and line."""
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_lines(lines: Iterable[str], level: str, source: str = "<lines>") -> list[list[str]]:
+  """The tokens of every non-blank line, in order.
+
+  Args:
+    lines: the file's lines.
+    level: ``"word"`` (tokens are the space-separated words) or ``"char"`` (every
+      space-separated token must be one character).
+    source: the file name for error messages.
+
+  Returns:
+    One list of tokens per line that holds anything but whitespace.
+
+  Raises:
+    PtbFormatError: naming ``source`` and the 1-based line number (a char-level token of
+      several characters, or the reserved ``<eos>`` in a word-level line).
+  """
+  _check_level(level)
+  out = []
+  for lineno, line in enumerate(lines, start=1):
+    tokens = line.split()
+    if not tokens:
+      continue
+    if level == "char":
+      bad = next((t for t in tokens if len(t) != 1), None)
+      if bad is not None:
+        raise PtbFormatError(f"{source}, line {lineno}: token {bad!r} is not one character; "
+                             "a PTB char file holds single characters separated by spaces, "
+                             f"'{SPACE}' between words (is this a word-level file?).")
+    elif EOS in tokens:
+      raise PtbFormatError(f"{source}, line {lineno}: the line holds {EOS!r}, which is "
+                           "reserved for the end of a line; PTB word files hold none.")
+    out.append(tokens)
+  return out
+
+
+def parse_file(path, level: str) -> list[list[str]]:
+  """:func:`parse_lines` of a file (UTF-8)."""
+  path = epath.Path(path)
+  with path.open("r") as f:
+    return parse_lines(f, level, source=str(path))
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def missing_files_message(root, level: str, *, reason: str) -> str:
+  wanted = "\n".join(f"  {epath.Path(root) / n}" for n in file_names(level).values())
+  return (f"PTB {level}: {reason}. Put the files of Mikolov's simple-examples archive "
+          f"({URL}, unpacked; they are in its folder {ARCHIVE_DATA}/) in manual_dir, flat:"
+          f"\n{wanted}\n(or leave manual_dir empty to download the archive when online).")
+
+
+class PtbConfig(tfds.core.BuilderConfig):
+  """A level: ``"char"`` or ``"word"``."""
+
+  def __init__(self, *, level: str, **kwargs):
+    _check_level(level)
+    unit = "characters ('_' between words)" if level == "char" else "words"
+    super().__init__(name=level, description=f"Penn Treebank (Mikolov), lines of {unit}.",
+                     **kwargs)
+    self.level = level
+
+
+class Ptb(tfds.core.GeneratorBasedBuilder):
+  """Mikolov's Penn Treebank, one example per line (see the module doc)."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "simple-examples PTB; one example per line, in file order."}
+  BUILDER_CONFIGS = [PtbConfig(level=level) for level in LEVELS]
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      f"Unpack {URL} and pass its folder {ARCHIVE_DATA}/ as manual_dir (it holds "
+      "ptb.train.txt, ptb.valid.txt, ptb.test.txt and ptb.char.{train,valid,test}.txt).")
+
+  def __init__(self, *, allow_download: bool = True, **kwargs):
+    """``allow_download=False``: read ``manual_dir`` only, never go online."""
+    self._allow_download = allow_download
+    super().__init__(**kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict({
+            "line_index": np.int32,
+            "tokens": tfds.features.Text(),
+        }),
+        homepage="http://www.fit.vutbr.cz/~imikolov/rnnlm/",
+        citation=_CITATION,
+        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
+    )
+
+  def _source_root(self, dl_manager) -> epath.Path:
+    """The folder holding the ``ptb.*.txt`` files: ``manual_dir`` or the download."""
+    level = self.builder_config.level
+    manual: Optional[epath.Path] = None
+    try:
+      manual = dl_manager.manual_dir  # AssertionError if missing or empty
+    except AssertionError:
+      pass
+    if manual is not None:
+      return manual
+    manual_path = getattr(dl_manager, "_manual_dir", None)
+    if not self._allow_download:
+      raise FileNotFoundError(missing_files_message(
+          manual_path, level, reason=f"manual_dir {manual_path} does not exist or is empty "
+          "(and downloading is switched off)"))
+    try:
+      return epath.Path(dl_manager.download_and_extract(URL)) / ARCHIVE_DATA
+    except Exception as err:  # offline, proxy, ...: say where the files can go instead
+      raise FileNotFoundError(missing_files_message(
+          manual_path, level, reason=f"downloading failed ({type(err).__name__}: "
+          f"{str(err)[:200]}) and manual_dir {manual_path} does not exist or is empty")
+      ) from err
+
+  def _split_generators(self, dl_manager):
+    level = self.builder_config.level
+    root = self._source_root(dl_manager)
+    paths = {s: root / n for s, n in file_names(level).items()}
+    missing = [str(p) for p in paths.values() if not p.exists()]
+    if missing:
+      raise FileNotFoundError(missing_files_message(
+          root, level, reason=f"missing file(s) {missing}"))
+    return {s: self._generate_examples(parse_file(p, level)) for s, p in paths.items()}
+
+  def _generate_examples(self, lines: Sequence[list[str]]) -> Iterator[tuple[int, dict]]:
+    for i, tokens in enumerate(lines):
+      yield i, {"line_index": i, "tokens": " ".join(tokens)}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
+  """The prepared builder of a level (prepared in ``data_dir`` on first use).
+
+  Args:
+    level: ``"char"`` or ``"word"``.
+    manual_dir: the folder with the ``ptb.*.txt`` files; ``""`` downloads :data:`URL`.
+    data_dir: where TFDS keeps the prepared data (``""``: TFDS's default,
+      ``~/tensorflow_datasets``).
+
+  Raises:
+    FileNotFoundError: listing the files to put in ``manual_dir``.
+    PtbFormatError: naming the file and line of a malformed line.
+  """
+  _check_level(level)
+  manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  builder = Ptb(config=level, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
+                else None, file_format="array_record", allow_download=not manual_dir)
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+      manual_dir=manual_dir or None))
+  return builder
+
+
+def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
+               split: Optional[str] = None) -> list[list[str]]:
+  """The tokens of every line of a split, in file order.
+
+  Args:
+    source: a prepared :class:`Ptb` builder (then give ``split``) or a data source
+      (``builder.as_data_source(split)``: any sequence of ``{"line_index", "tokens"}``
+      rows).
+    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
+
+  Returns:
+    One list of tokens per line (no end-of-line token), ordered by ``line_index``.
+  """
+  if isinstance(source, tfds.core.DatasetBuilder):
+    if split is None:
+      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
+    source = source.as_data_source(split=split)
+  elif split is not None:
+    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
+                     "already (read_split(builder, split) or read_split(data_source)).")
+  n = len(source)
+  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
+      source[i] for i in range(n)]
+  index = np.asarray([int(r["line_index"]) for r in rows], np.int64)
+  text = lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b)
+  return [text(rows[i]["tokens"]).split(" ") for i in np.argsort(index, kind="stable")]
+
+
+def load_splits(level: str, manual_dir: str = "", data_dir: str = "") -> dict[str, list]:
+  """``{split: read_split(...)}`` for every split of :func:`prepare`'s builder."""
+  builder = prepare(level, manual_dir, data_dir)
+  return {s: read_split(builder, s) for s in SPLITS}
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+
+def build_vocabulary(level: str, train_lines: Iterable[Sequence[str]]) -> Vocabulary:
+  """The vocabulary of the training lines plus the end-of-line token ``<eos>``.
+
+  Ids (:meth:`Vocabulary.build`, so deterministic): the special tokens first, then the
+  training tokens by count (descending), ties broken by the token:
+
+  * word: ``<unk>`` = 0 (PTB's own token, a word of the files), ``<eos>`` = 1, then the
+    words: 10,000 tokens on the full training file; ``<unk>`` is ``unk_id``, so
+    :meth:`Vocabulary.encode` maps unseen words to it (PTB's valid and test have none);
+  * char: ``<eos>`` = 0, then the symbols of the char file (``_`` for the space between
+    words): 49 + 1 = 50 tokens on the full training file; no ``<unk>`` (valid and test use
+    no other symbol), so an unseen character is a ``ValueError`` in :func:`stream`.
+
+  No ``<pad>`` or ``<bos>`` (``pad_id``/``bos_id`` are ``None``). ``counts`` are the
+  training counts, ``<eos>``'s the number of lines. Decode with ``vocab.to_text(ids)``
+  (``sep=""`` for characters; it stops at the first ``<eos>`` unless
+  ``stop_at_eos=False``).
+
+  Args:
+    level: ``"char"`` or ``"word"``.
+    train_lines: the training split's lines as token lists (:func:`read_split`).
+  """
+  _check_level(level)
+  lines = [list(line) + [EOS] for line in train_lines]
+  if level == "word":
+    return Vocabulary.build(lines, pad=None, unk=UNK, bos=None, eos=EOS)
+  return Vocabulary.build(lines, pad=None, unk=None, bos=None, eos=EOS)
+
+
+def stream(lines: Iterable[Sequence[str]], vocab: Vocabulary) -> np.ndarray:
+  """The token ids <int32>[N] of all lines, ``vocab.eos_id`` after every line.
+
+  ``N = sum(len(line) + 1 for line in lines)``, e.g. :data:`STREAM_LENGTHS` on the full
+  splits. The language-model stream of Zaremba et al. / Mikolov (``tasks.data.stream``).
+
+  Raises:
+    ValueError: if ``vocab`` has no eos token, or (char level, no unk) for a symbol that is
+      not in ``vocab``.
+  """
+  if vocab.eos is None:
+    raise ValueError("vocab has no eos token; build it with build_vocabulary(level, "
+                     "train_lines), which adds '<eos>'.")
+  flat = []
+  for line in lines:
+    if isinstance(line, str):
+      raise ValueError(f"lines holds the string {line[:20]!r}; give token lists "
+                       "(read_split(...) or line.split()).")
+    flat.extend(line)
+    flat.append(vocab.eos)
+  return vocab.encode(flat)
+
+
+def check_counts(level: str, splits: Mapping[str, Sequence], vocab: Vocabulary) -> None:
+  """Raises ``ValueError`` unless the splits' line counts, stream lengths and the vocabulary
+  size are those of the full PTB (:data:`NUM_LINES`, :data:`STREAM_LENGTHS`,
+  :data:`VOCAB_SIZES`); for a task that wants to be sure it reads the standard data."""
+  _check_level(level)
+  got = {s: (len(lines), sum(len(line) + 1 for line in lines)) for s, lines in splits.items()}
+  want = {s: (NUM_LINES[s], STREAM_LENGTHS[level][s]) for s in splits}
+  if got != want or len(vocab) != VOCAB_SIZES[level]:
+    raise ValueError(f"PTB {level}: (lines, stream tokens) per split {got} and vocabulary "
+                     f"size {len(vocab)} differ from the standard {want} and "
+                     f"{VOCAB_SIZES[level]}; check the files in manual_dir.")

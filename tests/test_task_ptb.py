@@ -1,0 +1,124 @@
+"""The PTB language-model task on a small fixture corpus: configs, the stream layout, the
+whole-stream evaluation (every target counted once), training and exact resume."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import tasks
+from rumjax import training
+from tasks import ptb
+from tasks.datasets import ptb as ptb_data
+
+WORDS = "the cat sat on a mat dog ran far N <unk> and".split()
+
+
+def _write_corpus(root, seed=0):
+  """Random word lines in both layouts of Mikolov's files (char files: `_` between words)."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(root, exist_ok=True)
+  for split, n in (("train", 120), ("validation", 23), ("test", 17)):
+    lines = [" " + " ".join(rng.choice(WORDS, size=rng.integers(2, 9))) + " "
+             for _ in range(n)]
+    with open(os.path.join(root, ptb_data.file_name("word", split)), "w") as f:
+      f.write("".join(line + "\n" for line in lines))
+    with open(os.path.join(root, ptb_data.file_name("char", split)), "w") as f:
+      f.write("".join(" " + " ".join("_".join(line.split())) + "\n" for line in lines) + " ")
+  return str(root)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  base = tmp_path_factory.mktemp("ptb_task")
+  return {"manual_dir": _write_corpus(base / "manual"), "data_dir": str(base / "tfds")}
+
+
+def _config(corpus, variant=None, level="char", **overrides):
+  c = ptb.default_config(variant)
+  c.update(manual_dir=corpus["manual_dir"], data_dir=corpus["data_dir"], level=level,
+           batch_size=4, seq_len=12, num_steps=6, eval_every=3, checkpoint_every=3,
+           log_every=1)
+  c.eval_batch_size = 3
+  c.model.update(hidden_size=16, embed_dim=8)
+  c.update(overrides)
+  ptb.validate_config(c)
+  return c
+
+
+@pytest.mark.parametrize("variant", (None,) + ptb.VARIANTS)
+def test_every_variant_validates(variant):
+  c = ptb.default_config(variant)
+  ptb.validate_config(c)
+  assert c.evals.eval.type == c.evals.test.type == "perplexity"
+  if variant in ptb.CHAR_VARIANTS:
+    assert (c.batch_size, c.seq_len, c.optimizer, c.learning_rate, c.grad_clip) == (
+        128, 150, "adam", 2e-3, 1.0)
+    assert c.model.embed_dim == 128 and c.model.dropout_rate == 0.35
+    epoch = ptb.steps_per_epoch("char", 128, 150)
+    assert epoch == 261
+    if variant.startswith("fs_"):
+      assert c.lr_boundaries == [180 * epoch, 240 * epoch] and c.num_steps == 360 * epoch
+    else:
+      assert c.num_steps == 100 * epoch and not c.lr_boundaries
+
+
+@pytest.mark.parametrize("field,value", [("level", "byte"), ("seq_len", 0),
+                                         ("eval_batch_size", 0)])
+def test_validate_names_the_field(field, value):
+  c = ptb.default_config()
+  c[field] = value
+  with pytest.raises(ValueError, match=f"config.{field}"):
+    ptb.validate_config(c)
+  c = ptb.default_config()
+  c.model.core = "tree"
+  with pytest.raises(ValueError, match="config.model.core"):
+    ptb.validate_config(c)
+
+
+@pytest.mark.parametrize("level", ["char", "word"])
+def test_stream_and_whole_split_evaluation(corpus, level):
+  c = _config(corpus, level=level)
+  valid = ptb.token_stream(c, "valid")
+  lines = open(os.path.join(corpus["manual_dir"],
+                            ptb_data.file_name(level, "validation"))).read().split("\n")
+  lines = [line.split() for line in lines if line.strip()]
+  assert len(valid) == sum(len(line) + 1 for line in lines)
+  text = ptb.to_text(c, valid)
+  first = "".join(lines[0]).replace("_", " ") if level == "char" else " ".join(lines[0])
+  assert text.split("\n")[0] == first
+  # The evaluation batches cover every target of the split exactly once.
+  batches = list(ptb.eval_data(c, "valid"))
+  assert sum(b["weights"].sum() for b in batches) == len(valid) - 1
+  assert tasks.get_task("ptb") is ptb
+
+
+def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path):
+  c = _config(corpus, num_steps=8)
+  full = training.train_and_evaluate(c, str(tmp_path / "full"), ptb)
+  n_valid = len(ptb.token_stream(c, "valid")) - 1
+  assert full["eval_tokens"] == n_valid and full["test_tokens"] == len(
+      ptb.token_stream(c, "test")) - 1
+  assert np.isfinite(full["eval_bpc"]) and full["eval_bpc"] < np.log2(len(ptb.vocabulary(c)))
+  # Stopped at step 4 (mid-epoch: an epoch is several windows here) and resumed to 8.
+  assert ((len(ptb.token_stream(c, "train")) - 1) // 4) // 12 > 8  # one epoch > 8 windows
+  part = str(tmp_path / "part")
+  training.train_and_evaluate(_config(corpus, num_steps=4), part, ptb)
+  resumed = training.train_and_evaluate(c, part, ptb)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+               full["params"], resumed["params"])
+  assert resumed["eval_bpc"] == full["eval_bpc"] and resumed["test_bpc"] == full["test_bpc"]
+  records = [json.loads(line) for line in open(tmp_path / "full" / "metrics.jsonl")]
+  assert any("train_bpc" in r for r in records)
+
+
+@pytest.mark.parametrize("core", ["stacked", "fast_slow"])
+def test_composite_cores_train(corpus, tmp_path, core):
+  c = _config(corpus, num_steps=2)
+  c.model.update(core=core, num_layers=2, fast_size=8, slow_size=12, slow_cell="rum",
+                 fast_cell="lnlstm")
+  ptb.validate_config(c)
+  summary = training.train_and_evaluate(c, str(tmp_path / core), ptb)
+  assert summary["step"] == 2 and np.isfinite(summary["test_bpc"])
