@@ -41,6 +41,8 @@ flags.DEFINE_integer("eval_every", None, "Run the periodic evaluators every N st
                      "(config.eval_every).")
 flags.DEFINE_integer("checkpoint_every", None, "Save a checkpoint every N steps "
                      "(config.checkpoint_every).")
+flags.DEFINE_float("budget_minutes", None, "Stop after this much wall-clock time in this "
+                   "invocation (compilation included), save, run the final evaluation.")
 flags.DEFINE_string("cpu_devices", None, "CPU only: number of CPU devices for the "
                     "data-parallel loop, or 'auto' (one per core). Default: JAX's (one). "
                     "Faster for RUM lam=1 on multi-core CPUs; the batch must divide evenly.")
@@ -121,7 +123,10 @@ def main(argv):
                       "num_params": training.count_model_params(task, config)}))
     return
   try:
-    summary = training.train_and_evaluate(config, FLAGS.workdir, task)
+    hooks = []
+    if FLAGS.budget_minutes:
+      hooks.append(training.TimeBudget(60.0 * FLAGS.budget_minutes))
+    summary = training.train_and_evaluate(config, FLAGS.workdir, task, hooks=hooks)
   except (ValueError, training.NonFiniteError) as err:
     sys.exit(f"error: {err}")
   summary.pop("params", None)

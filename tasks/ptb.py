@@ -24,7 +24,8 @@ characters, 150 for words) -> dropout -> core -> dropout -> softmax. ``model.cor
 * ``"stacked"``: ``model.num_layers`` copies of that cell, one above the other;
 * ``"fast_slow"``: the FS-RNN-k of Mujika et al. (2017), fast cells ``model.fast_cell`` x
   ``model.num_fast`` of size ``model.fast_size`` around a slow cell ``model.slow_cell`` of
-  size ``model.slow_size`` (:mod:`rumjax.cells.fast_slow`).
+  size ``model.slow_size``, their options prefixed ``fast_`` / ``slow_`` (``slow_lam``,
+  ``fast_zoneout_c``, ...; :func:`rumjax.cells.fast_slow.fast_slow_from_config`).
 
 Probabilities: ``model.dropout_rate`` is the probability of DROPPING a unit (non-recurrent
 dropout, 0.35 in Table 5); the ``zoneout`` fields are the probabilities of KEEPING THE
@@ -76,17 +77,34 @@ def steps_per_epoch(level: str, batch_size: int, seq_len: int) -> int:
 
 
 def _rum(**fields) -> dict:
-  """A RUM core with layer norm on tau and u, zoneout of h (Table 5)."""
+  """A RUM core with layer norm and zoneout of h (Table 5), ``lam`` 0, ``eta`` 1.0."""
   return {**dict(cell="rum", lam=0, eta=1.0, activation="relu", update_gate=True,
                  layer_norm=True, zoneout=0.1), **fields}
 
 
+def _fast_slow(slow_cell: str, slow_size: int, **slow) -> ml_collections.ConfigDict:
+  """``config.model`` of an FS-RNN-2 (Table 5): fast LN-LSTM 700 x 2 with zoneout 0.1 (h)
+  and 0.5 (c), the slow cell's options prefixed ``slow_`` (see
+  :func:`rumjax.cells.fast_slow.fast_slow_from_config`)."""
+  m = ml_collections.ConfigDict(dict(
+      name="lm", core="fast_slow", embed_dim=128, dropout_rate=0.35, fast_cell="lnlstm",
+      fast_size=700, num_fast=2, fast_zoneout=0.1, fast_zoneout_c=0.5, slow_cell=slow_cell,
+      slow_size=slow_size))
+  m.update({f"slow_{k}": v for k, v in slow.items()})
+  return m
+
+
 def _model(variant: Optional[str]) -> ml_collections.ConfigDict:
   """``config.model`` of a variant (Table 3 / Table 5 sizes)."""
-  m = common.cell_model_config("lm", embed_dim=128, dropout_rate=0.35, core="cell",
-                               zoneout_c=0.5, num_layers=1, fast_cell="lnlstm",
-                               fast_size=700, num_fast=2, slow_cell="rum", slow_size=1000)
-  fs = dict(core="fast_slow", fast_cell="lnlstm", fast_size=700, num_fast=2)
+  fs = {
+      "fs_rum2": lambda: _fast_slow("rum", 1000, **{k: v for k, v in _rum().items()
+                                                    if k != "cell"}),
+      "fs_lstm2": lambda: _fast_slow("lnlstm", 400, zoneout=0.1, zoneout_c=0.5),
+      "fs_eurnn2": lambda: _fast_slow("eurnn", 2000),
+      "fs_goru2": lambda: _fast_slow("goru", 800),
+  }
+  if variant in fs:
+    return fs[variant]()
   table = {
       None: _rum(hidden_size=256),
       "rum1000": _rum(hidden_size=1000),
@@ -95,16 +113,11 @@ def _model(variant: Optional[str]) -> ml_collections.ConfigDict:
       "rum2000": _rum(hidden_size=2000),
       "2xrum1500": _rum(hidden_size=1500, eta=0.3, core="stacked", num_layers=2),
       "lstm1000": dict(cell="lnlstm", hidden_size=1000, zoneout=0.1, zoneout_c=0.5),
-      "fs_rum2": _rum(hidden_size=1000, slow_cell="rum", slow_size=1000, **fs),
-      "fs_lstm2": dict(cell="lnlstm", hidden_size=400, zoneout=0.1, zoneout_c=0.5,
-                       slow_cell="lnlstm", slow_size=400, **fs),
-      "fs_eurnn2": dict(cell="eurnn", hidden_size=2000, slow_cell="eurnn", slow_size=2000,
-                        zoneout=0.0, **fs),
-      "fs_goru2": dict(cell="goru", hidden_size=800, slow_cell="goru", slow_size=800,
-                       zoneout=0.0, **fs),
       "word_lstm300": dict(cell="lstm", hidden_size=300, embed_dim=150, dropout_rate=0.5,
                            zoneout=0.0),
   }
+  m = common.cell_model_config("lm", embed_dim=128, dropout_rate=0.35, core="cell",
+                               num_layers=1, zoneout_c=0.0)
   m.update(table[variant])
   return m
 
@@ -168,20 +181,22 @@ def validate_config(config: Mapping[str, Any]) -> None:
   common.check_task(config, NAME, VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   model = config["model"]
-  common.validate_cell_model(model)
   if config["level"] not in LEVELS:
     raise ValueError(f"config.level={config['level']!r} must be one of {list(LEVELS)}.")
   common.check_int(config, "seq_len", 1)
   common.check_int(config, "eval_batch_size", 1)
   if model["core"] not in CORES:
     raise ValueError(f"config.model.core={model['core']!r} must be one of {list(CORES)}.")
-  for field in ("num_layers", "fast_size", "slow_size", "embed_dim"):
-    common.check_int(model, field, 1, "config.model")
-  common.check_int(model, "num_fast", 2, "config.model")
-  for field in ("dropout_rate", "zoneout_c"):
-    value = model[field]
-    if not isinstance(value, (int, float)) or not 0 <= value < 1:
-      raise ValueError(f"config.model.{field}={value!r} must be in [0, 1).")
+  if model["core"] != "fast_slow":
+    common.validate_cell_model(model)
+    common.check_int(model, "num_layers", 1, "config.model")
+  common.check_int(model, "embed_dim", 1, "config.model")
+  if not isinstance(model["dropout_rate"], (int, float)) or not 0 <= model["dropout_rate"] < 1:
+    raise ValueError(f"config.model.dropout_rate={model['dropout_rate']!r} must be in [0, 1).")
+  try:
+    build_core(model)  # the cells check their own options (sizes, zoneout, names)
+  except (ValueError, TypeError) as err:
+    raise ValueError(f"config.model: {err}") from None
   for field in ("manual_dir", "data_dir"):
     if not isinstance(config[field], str):
       raise ValueError(f"config.{field}={config[field]!r} must be a string (a folder, or "

@@ -122,3 +122,25 @@ def test_composite_cores_train(corpus, tmp_path, core):
   ptb.validate_config(c)
   summary = training.train_and_evaluate(c, str(tmp_path / core), ptb)
   assert summary["step"] == 2 and np.isfinite(summary["test_bpc"])
+
+
+def test_paper_cores_are_table_5():
+  from rumjax.cells import LNLSTMCell, RUMCell
+  from rumjax.cells.fast_slow import FastSlowCell
+  from rumjax.cells.stacked import StackedCells
+  fs = ptb.build_core(ptb.default_config("fs_rum2").model)
+  assert isinstance(fs, FastSlowCell) and len(fs.fast_cells) == 2
+  for f in fs.fast_cells:
+    assert isinstance(f, LNLSTMCell) and (f.features, f.zoneout, f.zoneout_c) == (700, 0.1, 0.5)
+  s = fs.slow_cell
+  assert isinstance(s, RUMCell)
+  assert (s.features, s.lam, s.eta, s.activation, s.layer_norm, s.zoneout) == (
+      1000, 0, 1.0, "relu", True, 0.1)
+  assert fs.dropout_rate == 0.35
+  slow_lstm = ptb.build_core(ptb.default_config("fs_lstm2").model).slow_cell
+  assert isinstance(slow_lstm, LNLSTMCell) and slow_lstm.features == 400
+  two = ptb.build_core(ptb.default_config("2xrum1500").model)
+  assert isinstance(two, StackedCells) and [c.features for c in two.cells] == [1500, 1500]
+  assert all(c.eta == 0.3 and c.lam == 0 for c in two.cells)
+  one = ptb.build_core(ptb.default_config("rum1400_nogate").model)
+  assert isinstance(one, RUMCell) and one.features == 1400 and not one.update_gate

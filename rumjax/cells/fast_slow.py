@@ -86,8 +86,6 @@ from rumjax.cells.registry import cell_fields, cell_names, make_cell
 from rumjax.cells.stacked import prepare_cells
 from rumjax.registry import did_you_mean
 
-Array = jax.Array
-
 # Width of the zero input of F_3 .. F_k (the reference code's ``F_output[:, 0:1] * 0.0``).
 ZERO_INPUT_SIZE = 1
 

@@ -37,8 +37,6 @@ import jax
 from rumjax.cells.base import check_probability
 from rumjax.cells.registry import cell_from_config
 
-Array = jax.Array
-
 
 def has_field(module: nn.Module, field: str) -> bool:
   """Whether the dataclass ``module`` has the constructor field ``field``."""
