@@ -164,16 +164,14 @@ def load_questions(version: str, babi_task: int, manual_dir: str = "",
   downloading when ``manual_dir`` is empty). Missing files or malformed lines raise an
   error naming the files/line.
   """
-  import tensorflow_datasets as tfds  # slow import; only when data is needed
-  from tasks.datasets import babi as babi_builder
+  from tasks.datasets import babi as babi_builder  # slow imports (TFDS): only when needed
+  from tasks.datasets import prepare
 
   manual_dir = os.path.expanduser(manual_dir) if manual_dir else ""
-  builder = babi_builder.Babi(
+  builder = prepare.prepare(lambda: babi_builder.Babi(
       config=babi_builder.config_name(version, babi_task),
       data_dir=os.path.expanduser(data_dir) if data_dir else None,
-      file_format="array_record", allow_download=not manual_dir)
-  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-      manual_dir=manual_dir or None))
+      file_format="array_record", allow_download=not manual_dir), manual_dir)
   out = {}
   for split in SPLITS:
     source = builder.as_data_source(split=split)

@@ -251,11 +251,11 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
   """
   _check_level(level)
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
-  builder = Ptb(config=level, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
-                else None, file_format="array_record", allow_download=not manual_dir)
-  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-      manual_dir=manual_dir or None))
-  return builder
+  from tasks.datasets import prepare as prepare_lib
+  return prepare_lib.prepare(
+      lambda: Ptb(config=level, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
+                  else None, file_format="array_record", allow_download=not manual_dir),
+      manual_dir)
 
 
 def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
