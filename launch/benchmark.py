@@ -35,6 +35,19 @@ tokens/s (tokens of the best sequences), ``x greedy`` (beam k / greedy, same cel
 ``x GRU`` (same search).
 
     python -m launch.benchmark --decoding --decode_shape=8x128x10000x50 --repeats=3
+
+Language models (``--lm``, ``--lm_shape`` or ``--lm_scale`` given: this table instead of
+the training table): a training step of :class:`rumjax.models.lm.LanguageModel` (forward
+and backward of the mean cross-entropy, jit-compiled, on random tokens of a vocabulary of
+50, from a carried initial state, ``train=True``: dropout and zoneout on) for each
+``tasks.ptb`` variant's ``config.model`` (the papers' configs: FS-RUM-2 vs FS-LSTM-2, RUM
+1000 vs LN-LSTM 1000, ...), and ``flax_lstm1000``: ``lstm1000``'s model with Flax's
+``nn.OptimizedLSTMCell(1000)`` as core (no layer norm, no zoneout). ``--lm_scale`` divides
+every hidden size (``hidden_size``, ``fast_size``, ``slow_size``) to time the same
+comparison smaller. Reported: ms/step, tokens/s (B T per step), parameters, compile time,
+``x fs_lstm2`` (FS variants) or ``x lstm1000`` (the others).
+
+    python -m launch.benchmark --lm=fs_rum2,fs_lstm2 --lm_shape=32x150 --lm_scale=2
 """
 
 import json
@@ -70,6 +83,10 @@ flags.DEFINE_integer("min_len", 35, "Decoding min_len (no eos before it), capped
 flags.DEFINE_list("beam_sizes", ["4"], "Beam sizes timed against greedy search.")
 flags.DEFINE_list("decode_cells", ["gru", "rum0", "rum1"],
                   "Decoder cells: gru (flax GRUCell), rum0, rum1 (RUMCell lam 0/1).")
+flags.DEFINE_list("lm", ["fs_rum2", "fs_lstm2", "rum1000", "lstm1000"],
+                  "Language-model candidates: tasks.ptb variants or flax_lstm1000.")
+flags.DEFINE_string("lm_shape", "128x150", "Language-model shape BxT: batch, window length.")
+flags.DEFINE_float("lm_scale", 1.0, "Divide the language models' hidden sizes by this.")
 flags.DEFINE_string("_rss_child", None, "Internal: candidate@shape to run once for --rss.")
 
 SHAPES = {  # name: (B, T, Nx, Nh)
@@ -185,36 +202,50 @@ def measure_rss(cand, shape_name):
   return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
 
-def run_shape(name, shape, candidates, repeats, peak):
+def compile_and_run(f, *args):
+  """``((compiled, args), compile_s, first output)``: compile time includes one run."""
   import jax
+  t0 = time.perf_counter()
+  compiled = f.lower(*args).compile()
+  out = jax.block_until_ready(compiled(*args))
+  return (compiled, args), time.perf_counter() - t0, out
+
+
+def time_alternated(runs, rows, repeats):
+  """Runs every ``runs[name] = (compiled, args)`` once per round for ``repeats`` rounds
+  (alternated, so the candidates share the machine's state); sets ``rows[name]``'s
+  ``times_ms`` and their median ``ms``."""
+  import jax
+  for r in rows.values():
+    r["times_ms"] = []
+  for _ in range(repeats):
+    for name, (compiled, args) in runs.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(compiled(*args))
+      rows[name]["times_ms"].append(1e3 * (time.perf_counter() - t0))
+  for r in rows.values():
+    r["ms"] = statistics.median(r["times_ms"])
+
+
+def run_shape(name, shape, candidates, repeats, peak):
   b, t, nx, nh = shape
   cands = [c for c in candidates
            if not (c.startswith("rum1") and nh > FLAGS.max_rum1_hidden)]
-  steps, rows = {}, {}
+  runs, rows = {}, {}
   for c in cands:
     f, params, xs = make_step(c, shape)
-    t0 = time.perf_counter()
-    compiled = f.lower(params, xs).compile()
-    jax.block_until_ready(compiled(params, xs))
-    mem = compiled.memory_analysis()
-    steps[c] = (compiled, params, xs)
+    runs[c], compile_s, _ = compile_and_run(f, params, xs)
+    mem = runs[c][0].memory_analysis()
     rows[c] = {
-        "compile_s": time.perf_counter() - t0,
+        "compile_s": compile_s,
         "xla_mb": (mem.temp_size_in_bytes + mem.argument_size_in_bytes
                    + mem.output_size_in_bytes) / 2**20,
         "xla_temp_mb": mem.temp_size_in_bytes / 2**20,
         "matmul_gflop": matmul_flops(c, b, t, nx, nh) / 1e9,
-        "times_ms": [],
     }
-  for _ in range(repeats):        # alternate the candidates
-    for c in cands:
-      compiled, params, xs = steps[c]
-      t0 = time.perf_counter()
-      jax.block_until_ready(compiled(params, xs))
-      rows[c]["times_ms"].append(1e3 * (time.perf_counter() - t0))
+  time_alternated(runs, rows, repeats)
   for c in cands:
     r = rows[c]
-    r["ms"] = statistics.median(r["times_ms"])
     r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
     r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
     if FLAGS.rss:
@@ -276,27 +307,18 @@ def make_search(tokens_to_logits, beam, b, max_len, min_len):
 
 def run_decoding(shape, cells, beams, min_len, repeats):
   """Times greedy and beam search per decoder cell, alternated per round."""
-  import jax
   b, nh, vocab, max_len = shape
   runs, rows = {}, {}
   for cell in cells:
     tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab)
     for k in [0] + beams:
       name = f"{cell}/{f'beam{k}' if k else 'greedy'}"
-      t0 = time.perf_counter()
       f = make_search(tokens_to_logits, k, b, max_len, min(min_len, max_len))
-      compiled = f.lower(params, carry).compile()
-      seqs = jax.block_until_ready(compiled(params, carry))
-      runs[name] = (compiled, params, carry)
-      rows[name] = {"cell": cell, "beam": k, "compile_s": time.perf_counter() - t0,
-                    "tokens": int((seqs != EOS).sum()), "times_ms": []}
-  for _ in range(repeats):        # alternate the candidates
-    for name, (compiled, params, carry) in runs.items():
-      t0 = time.perf_counter()
-      jax.block_until_ready(compiled(params, carry))
-      rows[name]["times_ms"].append(1e3 * (time.perf_counter() - t0))
+      runs[name], compile_s, seqs = compile_and_run(f, params, carry)
+      rows[name] = {"cell": cell, "beam": k, "compile_s": compile_s,
+                    "tokens": int((seqs != EOS).sum())}
+  time_alternated(runs, rows, repeats)
   for r in rows.values():
-    r["ms"] = statistics.median(r["times_ms"])
     r["tokens_per_s"] = 1e3 * r["tokens"] / r["ms"]
   for r in rows.values():
     r["ratio_greedy"] = r["ms"] / rows[f"{r['cell']}/greedy"]["ms"]
@@ -314,6 +336,77 @@ def print_decoding(name, rows):
     ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
     print(f"{name:>18} {r['cell']:>5} {search:>7} {r['ms']:9.2f} {r['ratio_greedy']:8.2f} "
           f"{ratio} {r['compile_s']:9.2f} {r['tokens_per_s']:9.0f}")
+
+
+LM_VOCAB = 50
+LM_SIZES = ("hidden_size", "fast_size", "slow_size")
+
+
+def lm_model(name, scale):
+  """``(LanguageModel, base)`` of a ``tasks.ptb`` variant or ``flax_lstm1000``, hidden
+  sizes divided by ``scale``; ``base`` is the candidate its ratio is taken to."""
+  import flax.linen as nn
+  from rumjax.models import lm
+  from tasks import ptb
+  variant = "lstm1000" if name == "flax_lstm1000" else name
+  m = ptb.default_config(variant).model
+  for field in LM_SIZES:
+    if field in m:
+      m[field] = max(1, round(m[field] / scale))
+  core = nn.OptimizedLSTMCell(m.hidden_size) if name != variant else ptb.build_core(m)
+  model = lm.LanguageModel(core, LM_VOCAB, embed_dim=m.embed_dim, dropout_rate=m.dropout_rate)
+  return model, "fs_lstm2" if m.core == "fast_slow" else "lstm1000"
+
+
+def make_lm_step(model, b, t):
+  """``(jitted step, (params, carry, tokens, key))``: the gradient of the mean
+  cross-entropy w.r.t. the parameters, and the carry after the window."""
+  import jax
+  from rumjax import metrics
+  from rumjax.models import lm
+  tokens = jax.random.randint(jax.random.key(0), (b, t + 1), 0, LM_VOCAB)
+  carry = lm.initial_state(model, b)
+  params = model.init(jax.random.key(1), {"inputs": tokens[:, :-1]}, model_state=carry)
+
+  def loss(p, carry, tokens, key):
+    logits, carry = model.apply(p, {"inputs": tokens[:, :-1]}, train=True,
+                                model_state=carry, rngs={"dropout": key})
+    return metrics.cross_entropy(logits, tokens[:, 1:]).mean(), carry
+  step = jax.jit(jax.value_and_grad(loss, has_aux=True))
+  return step, (params, carry, tokens, jax.random.key(2))
+
+
+def run_lm(names, shape, scale, repeats):
+  """Times the language models' training steps, alternated per round."""
+  import jax
+  b, t = shape
+  runs, rows = {}, {}
+  for name in names:
+    model, base = lm_model(name, scale)
+    f, args = make_lm_step(model, b, t)
+    runs[name], compile_s, _ = compile_and_run(f, *args)
+    rows[name] = {"base": base, "compile_s": compile_s,
+                  "params": sum(x.size for x in jax.tree.leaves(args[0]))}
+  time_alternated(runs, rows, repeats)
+  for r in rows.values():
+    r["tokens_per_s"] = 1e3 * b * t / r["ms"]
+    if r["base"] in rows:
+      r[f"ratio_{r['base']}"] = r["ms"] / rows[r["base"]]["ms"]
+  return rows
+
+
+def print_lm(shape, rows):
+  print(f"{'shape BxT':>10} {'cand':>14} {'params':>11} {'ms/step':>9} {'tokens/s':>9} "
+        f"{'x fs_lstm2':>10} {'x lstm1000':>10} {'compile s':>9}")
+  for name, r in rows.items():
+    ratios = [r.get(f"ratio_{base}") for base in ("fs_lstm2", "lstm1000")]
+    ratios = " ".join(f"{'-':>10}" if x is None else f"{x:10.2f}" for x in ratios)
+    print(f"{shape:>10} {name:>14} {r['params']:11,d} {r['ms']:9.2f} "
+          f"{r['tokens_per_s']:9.0f} {ratios} {r['compile_s']:9.2f}")
+
+
+def lm_requested():
+  return any(FLAGS[f].present for f in ("lm", "lm_shape", "lm_scale"))
 
 
 def main(argv):
@@ -339,6 +432,15 @@ def main(argv):
     results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
                            "candidates": rows}
     print_decoding(FLAGS.decode_shape, rows)
+  elif lm_requested():
+    shape = tuple(int(v) for v in FLAGS.lm_shape.lower().split("x"))
+    if len(shape) != 2 or FLAGS.lm_scale <= 0:
+      raise ValueError(f"lm_shape {FLAGS.lm_shape!r} is not BxT or lm_scale "
+                       f"{FLAGS.lm_scale} is not positive.")
+    rows = run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats)
+    results["lm"] = {"B_T": shape, "vocab": LM_VOCAB, "scale": FLAGS.lm_scale,
+                     "candidates": rows}
+    print_lm(FLAGS.lm_shape, rows)
   else:
     run_training(results, peak)
   if FLAGS.output:

@@ -64,13 +64,11 @@ DATA_VERSIONS = ("en-10k", "en")
 NUM_TASKS = 20
 PAD = "<pad>"
 PAPER_TRAIN_QUESTIONS = {"en-10k": 9000, "en": 900}
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def default_manual_dir() -> str:
   """``../shared/data/babi`` relative to the repository root if it exists, else ``""``."""
-  path = os.path.normpath(os.path.join(_REPO_ROOT, os.pardir, "shared", "data", "babi"))
-  return path if os.path.isdir(path) else ""
+  return common.shared_data_dir("babi")
 
 
 def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -142,14 +140,8 @@ def validate_config(config: Mapping[str, Any]) -> None:
     raise ValueError(f"config.model.attention={config.model.attention!r} must be True or "
                      "False.")
   common.check_int(config.model, "embed_dim", 1, "config.model")
-  for field in ("manual_dir", "data_dir"):
-    if not isinstance(config[field], str):
-      raise ValueError(f"config.{field}={config[field]!r} must be a string (a folder, or "
-                       "'' for the default).")
-  if config["manual_dir"] and not os.path.isdir(os.path.expanduser(config["manual_dir"])):
-    raise ValueError(f"config.manual_dir={config['manual_dir']!r} is not a folder; it "
-                     "must hold the bAbI files as in the archive (en-10k/qa1_..._train.txt"
-                     ", ...), or be '' to download them.")
+  common.check_data_folders(
+      config, "the bAbI files as in the archive (en-10k/qa1_..._train.txt, ...)")
 
 
 # ----------------------------------------------------------------------------- data

@@ -4,12 +4,11 @@ Batching lives in :mod:`tasks.data` (``ShuffledBatches``, ``eval_batches``, stre
 padding), text handling in :mod:`tasks.text` (tokenizers, ``Vocabulary``).
 """
 
+import os
 from typing import Any, Mapping, Optional
 
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from ml_collections import config_dict
 
 from rumjax import evaluators, models, registry
@@ -147,6 +146,27 @@ def validate_cell_model(model: Mapping[str, Any]) -> None:
     raise ValueError(f"config.model.zoneout={model['zoneout']!r} must be in [0, 1).")
   if model.get("embed_dim") is not None:
     check_int(model, "embed_dim", 1, "config.model")
+
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shared_data_dir(name: str) -> str:
+  """``../shared/data/<name>`` next to the checkout if it exists, else ``""`` (download)."""
+  path = os.path.normpath(os.path.join(_REPO_ROOT, os.pardir, "shared", "data", name))
+  return path if os.path.isdir(path) else ""
+
+
+def check_data_folders(config: Mapping[str, Any], expected: str) -> None:
+  """Checks ``config.manual_dir`` and ``config.data_dir`` (strings; ``manual_dir`` an
+  existing folder or ``""``); ``expected`` says what ``manual_dir`` must hold."""
+  for field in ("manual_dir", "data_dir"):
+    if not isinstance(config[field], str):
+      raise ValueError(f"config.{field}={config[field]!r} must be a string (a folder, or "
+                       "'' for the default).")
+  if config["manual_dir"] and not os.path.isdir(os.path.expanduser(config["manual_dir"])):
+    raise ValueError(f"config.manual_dir={config['manual_dir']!r} is not a folder; it must "
+                     f"hold {expected}, or be '' to download them.")
 
 
 def check_task(config, name: str, variants) -> None:

@@ -59,13 +59,11 @@ LEVELS = ("char", "word")
 CORES = ("cell", "stacked", "fast_slow")
 # Training-stream tokens (one end-of-line token per line), for epochs -> steps.
 TRAIN_TOKENS = {"char": 5_017_482, "word": 929_589}
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def default_manual_dir() -> str:
   """``../shared/data/ptb`` relative to the repository root if it exists, else ``""``."""
-  path = os.path.normpath(os.path.join(_REPO_ROOT, os.pardir, "shared", "data", "ptb"))
-  return path if os.path.isdir(path) else ""
+  return common.shared_data_dir("ptb")
 
 
 def steps_per_epoch(level: str, batch_size: int, seq_len: int) -> int:
@@ -197,14 +195,8 @@ def validate_config(config: Mapping[str, Any]) -> None:
     build_core(model)  # the cells check their own options (sizes, zoneout, names)
   except (ValueError, TypeError) as err:
     raise ValueError(f"config.model: {err}") from None
-  for field in ("manual_dir", "data_dir"):
-    if not isinstance(config[field], str):
-      raise ValueError(f"config.{field}={config[field]!r} must be a string (a folder, or "
-                       "'' for the default).")
-  if config["manual_dir"] and not os.path.isdir(os.path.expanduser(config["manual_dir"])):
-    raise ValueError(f"config.manual_dir={config['manual_dir']!r} is not a folder; it must "
-                     "hold ptb.train.txt, ptb.valid.txt, ptb.test.txt and ptb.char.*.txt "
-                     "(Mikolov's simple-examples/data), or be '' to download them.")
+  common.check_data_folders(config, "ptb.train.txt, ptb.valid.txt, ptb.test.txt and "
+                            "ptb.char.*.txt (Mikolov's simple-examples/data)")
 
 
 # ----------------------------------------------------------------------------- data

@@ -210,3 +210,21 @@ def test_benchmark_decoding(tmp_path):
   assert set(rows) == {f"{c}/{s}" for c in ("gru", "rum0", "rum1") for s in ("greedy", "beam2")}
   assert all(r["ms"] > 0 and r["compile_s"] > 0 and r["tokens"] == 2 * 6 for r in rows.values())
   assert rows["rum1/greedy"]["ratio_greedy"] == rows["gru/beam2"]["ratio_gru"] == 1.0
+
+
+def test_benchmark_lm(tmp_path):
+  """--lm at a tiny shape and scale: every PTB core and Flax's LSTM, ratios to baselines."""
+  out = tmp_path / "lm.json"
+  names = ["fs_rum2", "fs_lstm2", "rum1000", "lstm1000", "flax_lstm1000"]
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.benchmark", f"--lm={','.join(names)}", "--lm_shape=2x5",
+       "--lm_scale=100", "--repeats=1", "--matmul_size=64", f"--output={out}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "x fs_lstm2" in proc.stdout and "tokens/s" in proc.stdout
+  rows = json.loads(out.read_text())["lm"]["candidates"]
+  assert list(rows) == names
+  assert all(r["ms"] > 0 and r["compile_s"] > 0 and r["tokens_per_s"] > 0 and r["params"] > 0
+             for r in rows.values())
+  assert rows["fs_lstm2"]["ratio_fs_lstm2"] == rows["lstm1000"]["ratio_lstm1000"] == 1.0
+  assert "ratio_fs_lstm2" in rows["fs_rum2"] and "ratio_lstm1000" in rows["flax_lstm1000"]

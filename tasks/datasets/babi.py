@@ -48,6 +48,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
+from tasks.datasets import prepare as prepare_lib
+
 URL = "http://www.thespermwhale.com/jaseweston/babi/tasks_1-20_v1-2.tar.gz"
 ARCHIVE_ROOT = "tasks_1-20_v1-2"   # the archive's top folder
 VERSIONS = ("en-10k", "en")
@@ -214,7 +216,7 @@ class BabiConfig(tfds.core.BuilderConfig):
     self.task = task
 
 
-class Babi(tfds.core.GeneratorBasedBuilder):
+class Babi(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   """bAbI v1.2 English QA, one config per version and sub-task (see the module doc)."""
 
   VERSION = tfds.core.Version("1.0.0")
@@ -224,11 +226,6 @@ class Babi(tfds.core.GeneratorBasedBuilder):
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       f"Unpack {URL} and pass its folder {ARCHIVE_ROOT}/ (the one holding en/ and "
       "en-10k/) as manual_dir, e.g. manual_dir/en-10k/qa1_single-supporting-fact_train.txt.")
-
-  def __init__(self, *, allow_download: bool = True, **kwargs):
-    """``allow_download=False``: read ``manual_dir`` only, never go online."""
-    self._allow_download = allow_download
-    super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -248,26 +245,10 @@ class Babi(tfds.core.GeneratorBasedBuilder):
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding ``en/`` and ``en-10k/``: ``manual_dir`` or the download."""
     version, task = self.builder_config.babi_version, self.builder_config.task
-    manual: Optional[epath.Path] = None
-    try:
-      manual = dl_manager.manual_dir  # AssertionError if missing or empty
-    except AssertionError:
-      pass
-    if manual is not None:
-      return manual
-    manual_path = getattr(dl_manager, "_manual_dir", None)
-    if not self._allow_download:
-      raise FileNotFoundError(missing_files_message(
-          manual_path, version, task,
-          reason=f"manual_dir {manual_path} does not exist or is empty (and downloading "
-          "is switched off)"))
-    try:
-      return epath.Path(dl_manager.download_and_extract(URL)) / ARCHIVE_ROOT
-    except Exception as err:  # offline, proxy, ...: say where the files can go instead
-      raise FileNotFoundError(missing_files_message(
-          manual_path, version, task,
-          reason=f"downloading failed ({type(err).__name__}: {str(err)[:200]}) and "
-          f"manual_dir {manual_path} does not exist or is empty")) from err
+    return prepare_lib.source_root(
+        dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_ROOT,
+        missing=lambda path, reason: missing_files_message(path, version, task,
+                                                           reason=reason))
 
   def _split_generators(self, dl_manager):
     version, task = self.builder_config.babi_version, self.builder_config.task

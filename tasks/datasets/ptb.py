@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
+from tasks.datasets import prepare as prepare_lib
 from tasks.text.vocabulary import Vocabulary
 
 URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
@@ -169,7 +170,7 @@ class PtbConfig(tfds.core.BuilderConfig):
     self.level = level
 
 
-class Ptb(tfds.core.GeneratorBasedBuilder):
+class Ptb(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   """Mikolov's Penn Treebank, one example per line (see the module doc)."""
 
   VERSION = tfds.core.Version("1.0.0")
@@ -178,11 +179,6 @@ class Ptb(tfds.core.GeneratorBasedBuilder):
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       f"Unpack {URL} and pass its folder {ARCHIVE_DATA}/ as manual_dir (it holds "
       "ptb.train.txt, ptb.valid.txt, ptb.test.txt and ptb.char.{train,valid,test}.txt).")
-
-  def __init__(self, *, allow_download: bool = True, **kwargs):
-    """``allow_download=False``: read ``manual_dir`` only, never go online."""
-    self._allow_download = allow_download
-    super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
@@ -198,25 +194,9 @@ class Ptb(tfds.core.GeneratorBasedBuilder):
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding the ``ptb.*.txt`` files: ``manual_dir`` or the download."""
     level = self.builder_config.level
-    manual: Optional[epath.Path] = None
-    try:
-      manual = dl_manager.manual_dir  # AssertionError if missing or empty
-    except AssertionError:
-      pass
-    if manual is not None:
-      return manual
-    manual_path = getattr(dl_manager, "_manual_dir", None)
-    if not self._allow_download:
-      raise FileNotFoundError(missing_files_message(
-          manual_path, level, reason=f"manual_dir {manual_path} does not exist or is empty "
-          "(and downloading is switched off)"))
-    try:
-      return epath.Path(dl_manager.download_and_extract(URL)) / ARCHIVE_DATA
-    except Exception as err:  # offline, proxy, ...: say where the files can go instead
-      raise FileNotFoundError(missing_files_message(
-          manual_path, level, reason=f"downloading failed ({type(err).__name__}: "
-          f"{str(err)[:200]}) and manual_dir {manual_path} does not exist or is empty")
-      ) from err
+    return prepare_lib.source_root(
+        dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_DATA,
+        missing=lambda path, reason: missing_files_message(path, level, reason=reason))
 
   def _split_generators(self, dl_manager):
     level = self.builder_config.level
@@ -251,7 +231,6 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
   """
   _check_level(level)
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
-  from tasks.datasets import prepare as prepare_lib
   return prepare_lib.prepare(
       lambda: Ptb(config=level, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
                   else None, file_format="array_record", allow_download=not manual_dir),
