@@ -86,8 +86,9 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
 
 def eval_entry(split: str, every, batches: int = 0, *, type: str = "loss",
                **options) -> dict:
-  """One ``config.evals`` entry (``every`` may be a reference to ``config.eval_every``)."""
-  return dict(type=type, split=split, every=every, at_end=True, batches=batches, **options)
+  """One ``config.evals`` entry (``every`` may be a reference to ``config.eval_every``);
+  :func:`rumjax.evaluators.eval_entry` with a task's usual argument order."""
+  return evaluators.eval_entry(type, split, every=every, batches=batches, **options)
 
 
 def _is_int(x) -> bool:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.evaluators.base import register_evaluator
-from rumjax.evaluators.loss import sharded_batches
+from rumjax.evaluators.loss import LossEvaluator, sharded_batches
 
 
 @functools.partial(jax.jit, static_argnames=("num_groups",))
@@ -30,7 +30,7 @@ def group_counts(logits, targets, groups, mask, *, num_groups: int):
 
 
 @register_evaluator("grouped_accuracy")
-class GroupedAccuracyEvaluator:
+class GroupedAccuracyEvaluator(LossEvaluator):
   """Accuracy per value of ``batch[group_key]`` (in ``0 .. num_groups - 1``).
 
   Args:
@@ -46,8 +46,8 @@ class GroupedAccuracyEvaluator:
   def __init__(self, predict_fn, *, data, mesh, prefix: str, batches: Optional[int] = None,
                model_state=None, group_key: str = "group", num_groups: int = 1,
                name_format: str = "{}", targets_key: str = "targets"):
-    self.predict_fn, self.data, self.mesh = predict_fn, data, mesh
-    self.prefix, self.batches, self.model_state = prefix, batches, model_state
+    super().__init__(predict_fn, data=data, mesh=mesh, prefix=prefix, batches=batches,
+                     model_state=model_state)
     self.group_key, self.num_groups = group_key, int(num_groups)
     self.name_format, self.targets_key = name_format, targets_key
 
