@@ -33,6 +33,9 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   works): None (or 0) switches gradient clipping (by global norm) off.
   ``lr_boundaries``/``lr_values`` empty means a constant ``learning_rate``; else
   ``lr_values`` has one more entry than ``lr_boundaries`` (piecewise constant, in steps).
+  ``lr_plateau_factor`` < 1 multiplies the learning rate by it whenever the evaluator
+  metric ``lr_plateau_metric`` has not improved (by more than ``lr_plateau_min_delta``)
+  for ``lr_plateau_patience`` evaluations (``lr_plateau_mode`` "min" or "max"); 1.0 is off.
   """
   c = ml_collections.ConfigDict()
   c.task = task
@@ -46,6 +49,11 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.grad_clip = config_dict.placeholder(float)
   c.lr_boundaries = []
   c.lr_values = []
+  c.lr_plateau_factor = 1.0
+  c.lr_plateau_metric = ""
+  c.lr_plateau_mode = "min"
+  c.lr_plateau_patience = 1
+  c.lr_plateau_min_delta = 0.0
   c.batch_size = 128
   c.num_steps = 1000
   c.seed = 0

@@ -126,8 +126,10 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   Char variants (Table 3 / Table 5): batch 128, windows of 150, Adam 0.002, global-norm
   clip 1.0; FS variants follow Table 6 (180 epochs at 2e-3, 60 at 1e-4, 120 at 1e-5), the
   others 100 epochs at 2e-3. ``word_lstm300``: LSTM 300 (the LSTMN paper's baseline),
-  batch 40, windows of 35, SGD 0.65, clip 5 (the paper decays the rate by 0.85 when the
-  validation perplexity stops improving: not implemented yet, the rate stays constant).
+  batch 40, windows of 35, SGD 0.65, clip 5, the rate multiplied by 0.85 after every
+  epoch's validation that does not improve the perplexity (``lr_plateau_*`` fields; "no
+  significant improvement" in the paper, read here as any increase or tie: set
+  ``lr_plateau_min_delta`` for a threshold).
 
   The small default (not the paper's): RUM 256 (lam 0, eta 1.0, layer norm, zoneout),
   batch 32, windows of 100, 2,000 steps; the evaluators read the first 50 windows of valid
@@ -162,6 +164,7 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   else:
     c.batch_size, c.seq_len = 40, 35
     c.optimizer, c.learning_rate, c.grad_clip = "sgd", 0.65, 5.0
+    c.lr_plateau_factor, c.lr_plateau_metric = 0.85, "eval_ppl"
     epoch = steps_per_epoch("word", c.batch_size, c.seq_len)
     c.num_steps = 40 * epoch
     c.eval_every = c.checkpoint_every = epoch

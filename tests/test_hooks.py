@@ -5,6 +5,7 @@ import json
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from rumjax import training
@@ -99,3 +100,39 @@ def test_one_run_compiles_the_train_step_once(tmp_path, monkeypatch):
   training.train_and_evaluate(_config(num_steps=12, eval_every=2), str(tmp_path), toy_task,
                               hooks=[hooks.Periodic(3, lambda step, state: None)])
   assert len(traces) == 2
+
+
+def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeypatch):
+  # "max" of the falling toy eval loss never improves after the first evaluation: every
+  # later evaluation during training (steps 4, 6, 8; the one at step 10 is the final
+  # evaluation, after training) multiplies the rate by 0.5.
+  plateau = dict(lr_plateau_factor=0.5, lr_plateau_metric="eval_loss",
+                 lr_plateau_mode="max", lr_plateau_patience=1, eval_every=2,
+                 checkpoint_every=2)
+  traces = []
+  original = toy_task.loss_and_metrics
+  monkeypatch.setattr(toy_task, "loss_and_metrics",
+                      lambda pred, batch: traces.append(1) or original(pred, batch))
+  full = training.train_and_evaluate(_config(num_steps=10, **plateau), str(tmp_path / "a"),
+                                     toy_task)
+  assert full["lr_scale"] == 0.5 ** 3
+  assert len(traces) == 2  # replacing the optimizer state does not recompile the step
+  # The decay changes training: the same run without it ends elsewhere.
+  plain = training.train_and_evaluate(_config(num_steps=10, eval_every=2),
+                                      str(tmp_path / "b"), toy_task)
+  assert not np.allclose(plain["params"]["Dense_0"]["kernel"],
+                         full["params"]["Dense_0"]["kernel"])
+  # Stopped at step 5 and resumed: the scale, best value and count come back from the
+  # checkpoint, and the final parameters equal the uninterrupted run's.
+  workdir = str(tmp_path / "c")
+  half = training.train_and_evaluate(_config(num_steps=5, **plateau), workdir, toy_task)
+  assert half["lr_scale"] == 0.5
+  resumed = training.train_and_evaluate(_config(num_steps=10, **plateau), workdir, toy_task)
+  assert resumed["lr_scale"] == full["lr_scale"]
+  np.testing.assert_array_equal(resumed["params"]["Dense_0"]["kernel"],
+                                full["params"]["Dense_0"]["kernel"])
+  with pytest.raises(ValueError, match=r"config\.lr_plateau_metric='dev_ppl' comes from no "
+                                       r"evaluator; config\.evals has \['eval'\]"):
+    training.train_and_evaluate(_config(num_steps=2, **{**plateau,
+                                                        "lr_plateau_metric": "dev_ppl"}),
+                                str(tmp_path / "d"), toy_task)

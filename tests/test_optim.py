@@ -142,6 +142,11 @@ def test_the_schedule_drives_the_steps():
     ("lr_values", [0.1, -1.0], r"config\.lr_values=\[0\.1, -1\.0\] must be positive"),
     ("lr_values", [0.1, 0.2], r"config\.lr_values=\[0\.1, 0\.2\] must have one more entry "
                               r"than config\.lr_boundaries=\[\]"),
+    ("lr_plateau_factor", 1.5, r"config\.lr_plateau_factor=1\.5 must be in \(0, 1\]"),
+    ("lr_plateau_factor", 0.0, r"config\.lr_plateau_factor=0\.0 must be in \(0, 1\]"),
+    ("lr_plateau_mode", "down", r"config\.lr_plateau_mode='down' must be 'min' or 'max'"),
+    ("lr_plateau_patience", 0, r"config\.lr_plateau_patience=0 must be >= 1"),
+    ("lr_plateau_min_delta", -1.0, r"config\.lr_plateau_min_delta=-1\.0 must be >= 0"),
 ])
 def test_validate_config_names_the_field(field, value, match):
   config = _config()
@@ -163,6 +168,61 @@ def test_validate_config_accepts_the_defaults_and_missing_optional_fields():
   assert float(optim.make_schedule(_config(lr_values=[0.2]))(5)) == pytest.approx(0.2)
   with pytest.raises(ValueError, match="one more entry"):
     optim.make_schedule(_config(lr_boundaries=[3], lr_values=[0.1]))
+
+
+# --------------------------------------------------------- decay on a plateau
+
+
+def _plateau_reference(values, factor, patience, min_delta, mode):
+  """The scale after each evaluation, by the rule written out in a plain loop."""
+  best, bad, scale, out = None, 0, 1.0, []
+  for v in values:
+    if best is None or (v < best - min_delta if mode == "min" else v > best + min_delta):
+      best, bad = v, 0
+    else:
+      bad += 1
+      if bad == patience:
+        scale, bad = scale * factor, 0
+    out.append(scale)
+  return out
+
+
+@pytest.mark.parametrize("patience,min_delta,mode", [(1, 0.0, "min"), (2, 0.0, "min"),
+                                                     (1, 0.3, "min"), (2, 0.1, "max")])
+def test_plateau_step_follows_the_rule(patience, min_delta, mode):
+  values = [5.0, 4.0, 4.0, 4.5, 3.0, 2.9, 3.5, 3.5, 1.0, 1.0, 1.0]
+  state = optim.scale_on_plateau(mode).init(None)
+  scales = []
+  for v in values:
+    state = optim.plateau_step(state, v, factor=0.85, patience=patience,
+                               min_delta=min_delta, mode=mode)
+    scales.append(float(state.scale))
+  want = _plateau_reference(values, 0.85, patience, min_delta, mode)
+  np.testing.assert_allclose(scales, want, rtol=1e-6)
+  assert min(want) < 1.0  # the sequence exercises at least one decay
+
+
+def test_the_plateau_scale_multiplies_the_sgd_step():
+  config = _config(optimizer="sgd", learning_rate=0.1, lr_plateau_factor=0.5,
+                   lr_plateau_metric="eval_ppl")
+  tx = optim.make_optimizer(config)
+  params = {"w": jnp.ones(3)}
+  grads = {"w": jnp.asarray([1.0, -2.0, 3.0])}
+  opt_state = tx.init(params)
+  assert optim.plateau_scale(opt_state) == 1.0
+  updates, _ = tx.update(grads, opt_state, params)
+  np.testing.assert_allclose(updates["w"], -0.1 * grads["w"], rtol=1e-6)
+  opt_state = optim.report_plateau(opt_state, 100.0, config)  # first value: the best
+  opt_state = optim.report_plateau(opt_state, 120.0, config)  # worse: x0.5
+  assert optim.plateau_scale(opt_state) == 0.5
+  updates, _ = tx.update(grads, opt_state, params)
+  np.testing.assert_allclose(updates["w"], -0.05 * grads["w"], rtol=1e-6)
+  # Off by default: no plateau state in the optimizer.
+  plain = optim.make_optimizer(_config(optimizer="sgd", learning_rate=0.1)).init(params)
+  assert optim.plateau_scale(plain) == 1.0
+  assert optim.report_plateau(plain, 1.0, config) is not None
+  with pytest.raises(ValueError, match=r"config\.lr_plateau_metric='' must name"):
+    optim.validate_config(_config(lr_plateau_factor=0.5, lr_plateau_metric=""))
 
 
 # ------------------------------------------------------------------- the uRNN's hook

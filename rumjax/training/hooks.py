@@ -4,7 +4,8 @@ A hook has any of these methods; the loop calls them in the order the hooks are 
 
     begin(step, state, ctx)                 before the first step (after restoring)
     after_step(step, state, ctx)            after every optimizer step
-    after_eval(step, state, metrics, ctx)   after the evaluators that ran at ``step``
+    after_eval(step, state, metrics, ctx)   after the evaluators that ran at ``step``; may
+                                            return a new state (None keeps it)
     end(step, state, summary, ctx)          after the final evaluation (may add to summary)
 
 ``ctx`` (:class:`LoopContext`) gives the workdir, the config, the number of steps, and
@@ -14,7 +15,7 @@ and returns with ``summary["stop_reason"] = reason``.
 Provided: :class:`Periodic` (a function of ``(step, state)`` every N steps, e.g. the
 ``cos(theta)`` recorder of the RUM paper's Figure 5), :class:`EarlyStopping` (on an
 evaluator's metric, keeping the best checkpoint) and :class:`TimeBudget` (a wall-clock
-limit).
+limit); the loop adds :class:`LearningRateOnPlateau` itself when the config asks for it.
 """
 
 import dataclasses
@@ -26,6 +27,7 @@ from typing import Any, Callable, Optional
 from absl import logging
 
 from rumjax import utils
+from rumjax.training import optim
 
 
 @dataclasses.dataclass
@@ -59,6 +61,17 @@ def call(hooks, method: str, *args) -> None:
     fn = getattr(hook, method, None)
     if fn is not None:
       fn(*args)
+
+
+def call_after_eval(hooks, step: int, state, metrics: dict, ctx: "LoopContext"):
+  """Calls every hook's ``after_eval`` in order, each seeing the state the previous one
+  returned; returns the final state."""
+  for hook in hooks:
+    fn = getattr(hook, "after_eval", None)
+    if fn is not None:
+      new_state = fn(step, state, metrics, ctx)
+      state = state if new_state is None else new_state
+  return state
 
 
 class Periodic:
@@ -197,3 +210,33 @@ class EarlyStopping:
     summary.update(best_step=self.record["best_step"],
                    best_metrics=dict(self.record["best_metrics"]))
     summary[f"best_{self.metric}"] = self.record["best_value"]
+
+
+class LearningRateOnPlateau:
+  """Reports ``config.lr_plateau_metric`` after every evaluation that has it to the
+  optimizer's plateau scale (:func:`rumjax.training.optim.report_plateau`) and returns the
+  state with the new optimizer state. The scale, the best value and the count are part
+  of the optimizer state, so a resumed run continues exactly; ``end`` adds ``lr_scale``.
+  The final evaluation after the last step is not reported (no step follows it).
+  """
+
+  def __init__(self, config):
+    self.config, self.metric = config, config["lr_plateau_metric"]
+
+  def after_eval(self, step: int, state, metrics: dict, ctx: LoopContext):
+    del ctx
+    if self.metric not in metrics:
+      return None
+    before = optim.plateau_scale(state.opt_state)
+    opt_state = optim.report_plateau(state.opt_state, float(metrics[self.metric]),
+                                     self.config)
+    after = optim.plateau_scale(opt_state)
+    if after != before:
+      logging.info("step %d: %s=%.4f did not improve; learning rate x%.4g (now x%.4g of "
+                   "the schedule)", step, self.metric, float(metrics[self.metric]),
+                   after / before, after)
+    return state.replace(opt_state=opt_state)
+
+  def end(self, step: int, state, summary: dict, ctx: LoopContext) -> None:
+    del step, ctx
+    summary["lr_scale"] = optim.plateau_scale(state.opt_state)

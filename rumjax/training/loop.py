@@ -227,10 +227,11 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
       mesh=mesh, model_state_fn=model_state_fn)
 
 
-def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict) -> dict:
+def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict):
   """Runs the due evaluators (all ``at_end`` ones if ``final``), logs and writes their
   metrics, and calls the hooks' ``after_eval``. An evaluator that already ran at this step
-  is not run again (its metrics are reused from ``cache``)."""
+  is not run again (its metrics are reused from ``cache``). Returns ``(metrics, state)``
+  (the state a hook may have replaced)."""
   record = {}
   for ev in evals:
     if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
@@ -242,8 +243,20 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
     writer.write(step, record)
     logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
     if not final:
-      hooks_lib.call(hooks_, "after_eval", step, state, record, ctx)
-  return record
+      state = hooks_lib.call_after_eval(hooks_, step, state, record, ctx)
+  return record, state
+
+
+def _config_hooks(config, evals) -> list:
+  """The hooks the config itself asks for: :class:`hooks.LearningRateOnPlateau` when
+  ``lr_plateau_factor < 1`` (its metric must come from one of ``evals``)."""
+  if config.get("lr_plateau_factor", 1.0) >= 1:
+    return []
+  metric = config.lr_plateau_metric
+  if not any(metric.startswith(ev.name + "_") for ev in evals):
+    raise ValueError(f"config.lr_plateau_metric={metric!r} comes from no evaluator; "
+                     f"config.evals has {[ev.name for ev in evals]} (e.g. 'eval_ppl').")
+  return [hooks_lib.LearningRateOnPlateau(config)]
 
 
 def _restore(config, task, model, tx, mesh, workdir):
@@ -294,6 +307,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
   tx = optim.make_optimizer(config)
   state, train_iter, checkpointer = _restore(config, task, model, tx, mesh, workdir)
   evals = make_evaluators(config, task, model, mesh)
+  hooks = [*hooks, *_config_hooks(config, evals)]
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
                                       loss_and_metrics=task.loss_and_metrics),
                     donate_argnums=0)
@@ -347,7 +361,8 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
           summary.update(record)
           totals, window_start, window_steps = None, time.perf_counter(), 0
         hooks_lib.call(hooks, "after_step", step, state, ctx)
-        _run_evals(evals, state, step, writer, hooks, ctx, final=False, cache=cache)
+        _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
+                              cache=cache)
         if checkpointer.should_save(step):
           checkpointer.save(step, state, train_iter.get_state())
       checkpointer.save(step, state, train_iter.get_state())
@@ -357,7 +372,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
     summary["preempted"] = summary["stop_reason"] == "preempted"
     if not summary["preempted"]:
       summary.update(_run_evals(evals, state, step, writer, hooks, ctx, final=True,
-                                cache=cache))
+                                cache=cache)[0])
       hooks_lib.call(hooks, "end", step, state, summary, ctx)
   finally:
     progress.close()

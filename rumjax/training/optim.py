@@ -8,6 +8,13 @@ Config fields (:func:`validate_config` checks them all, naming the field):
 - ``learning_rate``, or ``lr_boundaries`` / ``lr_values``: piecewise constant, in steps
   (e.g. boundaries [b1, b2] and values [0.002, 1e-4, 1e-5] for FS-RUM-2).
 - ``grad_clip``: clip by global norm first; 0 or None is off.
+- ``lr_plateau_factor`` (1.0 = off), ``lr_plateau_metric``, ``lr_plateau_mode``,
+  ``lr_plateau_patience``, ``lr_plateau_min_delta``: multiply the learning rate by the
+  factor whenever the evaluator metric (e.g. ``eval_ppl``) has not improved for
+  ``patience`` evaluations (the LSTMN paper's word-level PTB: x0.85 when the validation
+  perplexity stops improving). The scale and its bookkeeping live in the optimizer state
+  (:class:`PlateauState`, so checkpoints resume it exactly); the loop reports each
+  evaluation through :func:`report_plateau`.
 
 Cells whose parameters need their own update rule register an optimizer wrapper beside the
 cell (``rumjax.cells.register_optimizer_wrapper``; the uRNN's Cayley steps on the Stiefel
@@ -19,8 +26,10 @@ parameter tree without that cell's parameters. Add an optimizer with::
       return optax.lamb(schedule, weight_decay=config.get("weight_decay", 0.0))
 """
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -129,6 +138,101 @@ def validate_config(config: Config) -> None:
   _require(clip is None or (_is_number(clip) and clip >= 0), "grad_clip", clip,
            "be a maximum global norm > 0, or None or 0 to switch clipping off")
   check_schedule(config)
+  check_plateau(config)
+
+
+def check_plateau(config: Config) -> None:
+  """Checks the ``lr_plateau_*`` fields (when present); ``ValueError`` naming the field."""
+  factor = config.get("lr_plateau_factor", 1.0)
+  _require(_is_number(factor) and 0 < factor <= 1, "lr_plateau_factor", factor,
+           "be in (0, 1] (1.0 switches the decay off)")
+  mode = config.get("lr_plateau_mode", "min")
+  _require(mode in ("min", "max"), "lr_plateau_mode", mode, "be 'min' or 'max'")
+  patience = config.get("lr_plateau_patience", 1)
+  _require(_is_int(patience) and patience >= 1, "lr_plateau_patience", patience, "be >= 1")
+  delta = config.get("lr_plateau_min_delta", 0.0)
+  _require(_is_number(delta) and delta >= 0, "lr_plateau_min_delta", delta, "be >= 0")
+  metric = config.get("lr_plateau_metric", "")
+  _require(factor == 1 or (isinstance(metric, str) and metric), "lr_plateau_metric", metric,
+           "name an evaluator metric such as 'eval_ppl' when lr_plateau_factor < 1")
+
+
+# --------------------------------------------------------- decay on a plateau
+
+
+class PlateauState(NamedTuple):
+  """The state of :func:`scale_on_plateau` (part of the optimizer state, so checkpointed).
+
+  Attributes:
+    scale: <float32>[] the factor applied to every update (1 until the first decay).
+    best: <float32>[] the best metric so far (+inf for mode "min", -inf for "max").
+    bad_evals: <int32>[] evaluations since the last improvement or decay.
+  """
+  scale: jax.Array
+  best: jax.Array
+  bad_evals: jax.Array
+
+
+def scale_on_plateau(mode: str = "min") -> optax.GradientTransformation:
+  """Multiplies the updates by ``PlateauState.scale``; :func:`report_plateau` changes it.
+
+  Placed after the optimizer, so for SGD and Adam it scales the learning rate.
+  """
+  def init_fn(params):
+    del params
+    worst = np.inf if mode == "min" else -np.inf
+    return PlateauState(jnp.ones([], jnp.float32), jnp.full([], worst, jnp.float32),
+                        jnp.zeros([], jnp.int32))
+
+  def update_fn(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u: (u * state.scale).astype(u.dtype), updates), state
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def plateau_step(state: PlateauState, value: float, *, factor: float, patience: int = 1,
+                 min_delta: float = 0.0, mode: str = "min") -> PlateauState:
+  """One evaluation's effect: a value better than ``best`` by more than ``min_delta``
+  becomes the best and resets the count; otherwise the count grows, and when it reaches
+  ``patience`` the scale is multiplied by ``factor`` and the count restarts at 0."""
+  best, scale, bad = float(state.best), float(state.scale), int(state.bad_evals)
+  improved = value < best - min_delta if mode == "min" else value > best + min_delta
+  if improved:
+    best, bad = value, 0
+  else:
+    bad += 1
+    if bad >= patience:
+      scale, bad = scale * factor, 0
+
+  def like(old, new):
+    return jax.device_put(jnp.asarray(new, old.dtype), old.sharding)
+
+  return PlateauState(like(state.scale, scale), like(state.best, best),
+                      like(state.bad_evals, bad))
+
+
+def _is_plateau(x) -> bool:
+  return isinstance(x, PlateauState)
+
+
+def plateau_scale(opt_state) -> float:
+  """The current learning-rate scale of :func:`scale_on_plateau` in ``opt_state`` (1.0 if
+  it has none)."""
+  found = [float(x.scale) for x in jax.tree.leaves(opt_state, is_leaf=_is_plateau)
+           if _is_plateau(x)]
+  return found[0] if found else 1.0
+
+
+def report_plateau(opt_state, value: float, config: Config):
+  """``opt_state`` with every :class:`PlateauState` advanced by one evaluation (the
+  ``lr_plateau_*`` fields of ``config``, see :func:`plateau_step`)."""
+  step = lambda x: plateau_step(
+      x, value, factor=config.get("lr_plateau_factor", 1.0),
+      patience=config.get("lr_plateau_patience", 1),
+      min_delta=config.get("lr_plateau_min_delta", 0.0),
+      mode=config.get("lr_plateau_mode", "min")) if _is_plateau(x) else x
+  return jax.tree.map(step, opt_state, is_leaf=_is_plateau)
 
 
 # -------------------------------------------------------------------------- building
@@ -146,7 +250,8 @@ def make_schedule(config: Config) -> optax.Schedule:
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-  """The optimizer named by ``config.optimizer``, with global-norm clipping first.
+  """The optimizer named by ``config.optimizer``, with global-norm clipping first and
+  :func:`scale_on_plateau` after it when ``lr_plateau_factor < 1``.
 
   Every optimizer wrapper registered by a cell module wraps the optimizer (for the uRNN:
   ``recurrent_orthogonal`` takes Cayley steps of the same schedule, Wisdom et al. 2016);
@@ -155,6 +260,8 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
   validate_config(config)
   schedule = make_schedule(config)
   opt = _OPTIMIZERS.get(config["optimizer"])(config, schedule)
+  if config.get("lr_plateau_factor", 1.0) < 1:
+    opt = optax.chain(opt, scale_on_plateau(config.get("lr_plateau_mode", "min")))
   for wrap in cells_lib.optimizer_wrappers():
     opt = wrap(opt, schedule)
   clip = config.get("grad_clip")
