@@ -3,6 +3,7 @@
 The functional core::
 
     from rumjax import rotation_matrix, rotate, rum_scan, init_rum_params, RUMCell
+    from rumjax import lstmn_scan, init_lstmn_params   # the LSTMN (Cheng et al., 2016)
 
 Around it: ``rumjax.cells`` (recurrent cells by name), ``rumjax.models`` (models by name),
 ``rumjax.decoding`` (greedy and beam search over any state), ``rumjax.evaluators``,
@@ -12,6 +13,7 @@ Around it: ``rumjax.cells`` (recurrent cells by name), ``rumjax.models`` (models
 from rumjax import decoding
 from rumjax.cells import RUMCell, cell_names, make_cell, register_cell
 from rumjax.decoding import beam_search, greedy_search
+from rumjax.lstmn import init_lstmn_params, lstmn_scan
 from rumjax.rotation import rotate, rotation_matrix, rotation_plane
 from rumjax.rum import ACTIVATIONS, init_rum_params, rum_scan, rum_step
 
@@ -19,6 +21,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATIONS", "RUMCell", "beam_search", "cell_names", "decoding", "greedy_search",
-    "init_rum_params", "make_cell",
+    "init_lstmn_params", "init_rum_params", "lstmn_scan", "make_cell",
     "register_cell", "rotate", "rotation_matrix", "rotation_plane", "rum_scan", "rum_step",
 ]

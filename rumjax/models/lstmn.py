@@ -1,0 +1,138 @@
+"""Flax modules of the LSTMN (Cheng, Dong, Lapata, EMNLP 2016): one layer and a stack.
+
+``LSTMN`` owns the pinned parameters of :func:`rumjax.lstmn_scan` (``attn_h``, ``attn_x``,
+``attn_ht``, ``attn_v``, ``gates_x``, ``gates_h``, ``gates_bias``), so
+``LSTMN(...).apply({"params": p}, xs)`` equals ``rumjax.lstmn_scan(p, xs)``.
+``StackedLSTMN`` feeds layer k's hidden tape to layer k + 1 (eq. (10)), optionally with
+the input concatenated (skip connections) and dropout between layers.
+
+Not registered as models: the task helpers build classifiers and language models on top
+(e.g. mean-pooled ``hs`` under the mask, as in §5.3).
+"""
+
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rumjax import lstmn as lstmn_lib
+from rumjax.cells.base import check_probability
+
+Array = jax.Array
+
+
+class LSTMN(nn.Module):
+  """One LSTMN layer over a whole sequence (eqs. (4)-(9)) through :func:`rumjax.lstmn_scan`.
+
+  Attributes:
+    hidden_size: ``Nh``, the size of ``h_t`` and of the memory ``c_t``.
+    attn_size: ``Na``, the size of the intra-attention's hidden layer (``v`` in eq. (4)).
+    memory_span: None (unlimited) or the number of most recent tape positions attended to.
+    impl: ``"fast"`` (O(T N) training memory) or ``"reference"`` (plain autodiff).
+    dtype: computation dtype (None: promote inputs and parameters).
+    param_dtype: parameter dtype.
+  """
+  hidden_size: int
+  attn_size: int
+  memory_span: Optional[int] = None
+  impl: str = "fast"
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, xs: Array, mask: Optional[Array] = None,
+               initial: Optional[tuple] = None, *, return_attention: bool = False):
+    """Runs the layer.
+
+    Args:
+      xs: <float>[B, T, Nx].
+      mask: <bool>[B, T], True at real tokens (None = all real); see ``lstmn_scan``.
+      initial: None or ``(h_0, c_0)`` <float>[B, Nh] for tape position 0 (e.g. the last
+        state of the previous window of a language model).
+      return_attention: also return the intra-attention weights <float>[B, T, T + 1].
+
+    Returns:
+      ``(hs, cs)`` <float>[B, T, Nh] (and the weights with ``return_attention``).
+    """
+    shapes = lstmn_lib.param_shapes(xs.shape[-1], self.hidden_size, self.attn_size)
+    params = {name: self.param(name, lstmn_lib.INITIALIZERS[name], shapes[name],
+                               self.param_dtype)
+              for name in lstmn_lib.PARAM_NAMES}
+    if self.dtype is not None:
+      xs = jnp.asarray(xs, self.dtype)
+      params = jax.tree.map(lambda p: jnp.asarray(p, self.dtype), params)
+      initial = None if initial is None else tuple(jnp.asarray(a, self.dtype)
+                                                   for a in initial)
+    return lstmn_lib.lstmn_scan(params, xs, mask=mask, memory_span=self.memory_span,
+                                initial=initial, impl=self.impl,
+                                return_attention=return_attention)
+
+
+class StackedLSTMN(nn.Module):
+  """``num_layers`` LSTMN layers; layer k + 1 reads layer k's hidden tape (eq. (10)).
+
+  Layer k + 1's input at step t is ``h^k_t`` (so its attention query is
+  ``W_l h^k_t + W_h~ h~^{k+1}_{t-1}`` and its gates read ``[h~^{k+1}_t, h^k_t]``), with
+  ``skip_input`` the concatenation ``[h^k_t, x_t]`` (skip connections, Graves 2013). The
+  layers are submodules ``layer_0`` (bottom) .. ``layer_{L-1}``, each with the parameters
+  of :class:`LSTMN`.
+
+  Attributes:
+    num_layers: L >= 1.
+    hidden_size: ``Nh`` of every layer.
+    attn_size: ``Na`` of every layer.
+    skip_input: feed ``x_t`` to every upper layer as well.
+    dropout_rate: dropout on ``h^k`` before layer k + 1 reads it (not on ``x`` nor on the
+      top layer's output; the ``"dropout"`` RNG).
+    memory_span, impl, dtype, param_dtype: as in :class:`LSTMN`, for every layer.
+    deterministic: evaluation mode (no dropout); overridden by the call argument.
+  """
+  num_layers: int
+  hidden_size: int
+  attn_size: int
+  skip_input: bool = False
+  dropout_rate: float = 0.0
+  memory_span: Optional[int] = None
+  impl: str = "fast"
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, xs: Array, mask: Optional[Array] = None,
+               initial: Optional[Sequence[Optional[tuple]]] = None, *,
+               deterministic: Optional[bool] = None, return_all: bool = False):
+    """Runs the stack.
+
+    Args:
+      xs: <float>[B, T, Nx].
+      mask: <bool>[B, T], True at real tokens (the same for every layer).
+      initial: None or one entry per layer, each None or ``(h_0, c_0)`` <float>[B, Nh].
+      deterministic: evaluation mode (default: the attribute).
+      return_all: return every layer's ``(hs, cs)``, bottom first (a language model
+        carries each layer's last state).
+
+    Returns:
+      The top layer's ``(hs, cs)`` <float>[B, T, Nh], or with ``return_all`` a list of
+      ``num_layers`` such pairs.
+    """
+    if self.num_layers < 1:
+      raise ValueError(f"num_layers={self.num_layers!r} must be >= 1.")
+    check_probability("dropout_rate", self.dropout_rate)
+    deterministic = self.deterministic if deterministic is None else deterministic
+    initial = [None] * self.num_layers if initial is None else list(initial)
+    if len(initial) != self.num_layers:
+      raise ValueError(f"initial has {len(initial)} entries for {self.num_layers} layers.")
+    outputs, inputs = [], xs
+    for k in range(self.num_layers):
+      if k > 0:
+        inputs = nn.Dropout(self.dropout_rate, deterministic=deterministic,
+                            name=f"dropout_{k}")(outputs[-1][0])
+        if self.skip_input:
+          inputs = jnp.concatenate([inputs, jnp.asarray(xs, inputs.dtype)], axis=-1)
+      layer = LSTMN(self.hidden_size, self.attn_size, memory_span=self.memory_span,
+                    impl=self.impl, dtype=self.dtype, param_dtype=self.param_dtype,
+                    name=f"layer_{k}")
+      outputs.append(layer(inputs, mask, initial[k]))
+    return outputs if return_all else outputs[-1]
