@@ -5,7 +5,7 @@
     >>> ids = vocab.encode(text.words("Where is Mary?"), eos=True)   # <int32>[5]
 """
 
-from tasks.text.tokenizers import characters, whitespace, words
+from tasks.text.tokenizers import characters, treebank_words, whitespace, words
 from tasks.text.vocabulary import Vocabulary
 
-__all__ = ["Vocabulary", "characters", "whitespace", "words"]
+__all__ = ["Vocabulary", "characters", "treebank_words", "whitespace", "words"]

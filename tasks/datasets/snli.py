@@ -1,0 +1,314 @@
+r"""TFDS builder for the Stanford Natural Language Inference corpus 1.0 (Bowman et al., 2015).
+
+Splits ``train`` / ``validation`` / ``test`` from ``snli_1.0_train.jsonl`` /
+``snli_1.0_dev.jsonl`` / ``snli_1.0_test.jsonl``, each read as it is or gzipped
+(``.jsonl.gz``; when both are there the ``.jsonl`` is read). Pairs whose ``gold_label`` is
+``"-"`` (no majority among the annotators) are dropped, as in the LSTMN paper (§5.3):
+549,367 / 9,842 / 9,824 pairs (:data:`NUM_PAIRS`). Each example::
+
+    {"index": 0,                 # 0-based line of the pair in its file (stable order)
+     "pair_id": "4705552913.jpg#2r1n",
+     "premise": "Two women are embracing while holding to go packages.",   # sentence1
+     "hypothesis": "The sisters are hugging goodbye while holding ...",   # sentence2
+     "label": 1}                 # 0 entailment, 1 neutral, 2 contradiction (LABELS)
+
+The sentences are stored as written; lower-casing and tokenisation are the task's
+(``tasks.text.treebank_words``).
+
+Missing splits: the builder builds the splits whose files are there and logs one line
+naming the missing ones and where to put them (here only dev and test exist, see
+../shared/data/README.md). :func:`read_split` of a split that was not built raises
+:class:`MissingSplitError`, one line naming the file it expects. The prepared data does not
+change when a file is added later: delete the prepared folder (the message names it) to
+rebuild.
+
+Source: the public archive ``snli_1.0.zip`` (downloaded when ``manual_dir`` is empty; its
+files are in ``snli_1.0/``) or ``manual_dir``, a folder holding the files flat::
+
+    <manual_dir>/snli_1.0_train.jsonl[.gz]  snli_1.0_dev.jsonl[.gz]  snli_1.0_test.jsonl[.gz]
+
+Use (TensorFlow not needed)::
+
+    >>> from tasks.datasets import snli
+    >>> builder = snli.prepare(manual_dir="../shared/data/snli", data_dir="/tmp/tfds")
+    >>> snli.available_splits(builder)
+    ('validation', 'test')
+    >>> pairs = snli.read_split(builder, "validation")     # 9,842 dicts, file order
+"""
+
+import gzip
+import json
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+from etils import epath
+
+from tasks.datasets import prepare as prepare_lib
+
+URL = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
+ARCHIVE_FOLDER = "snli_1.0"   # the archive's folder holding the .jsonl files
+SPLITS = ("train", "validation", "test")
+FILE_STEMS = {"train": "snli_1.0_train", "validation": "snli_1.0_dev",
+              "test": "snli_1.0_test"}
+SUFFIXES = (".jsonl", ".jsonl.gz")   # the order in which a split's file is looked for
+LABELS = ("entailment", "neutral", "contradiction")
+NO_LABEL = "-"
+# Labelled pairs per split ("-" dropped), as in the paper and ../shared/data/README.md.
+NUM_PAIRS = {"train": 549_367, "validation": 9_842, "test": 9_824}
+
+_CITATION = """\
+@inproceedings{bowman2015large,
+  title={A large annotated corpus for learning natural language inference},
+  author={Bowman, Samuel R. and Angeli, Gabor and Potts, Christopher and Manning,
+          Christopher D.},
+  booktitle={EMNLP}, year={2015}}
+"""
+
+
+class SnliFormatError(ValueError):
+  """A line that is not an SNLI JSON record; the message names the file and line."""
+
+
+class MissingSplitError(FileNotFoundError):
+  """A split whose file was missing when the data was prepared; the message names it."""
+
+
+def _check_split(split: str) -> None:
+  if split not in FILE_STEMS:
+    raise ValueError(f"split={split!r} is not an SNLI split; use one of {list(SPLITS)}.")
+
+
+def expected_file(root, split: str) -> str:
+  """``"<root>/snli_1.0_<train|dev|test>.jsonl (or .jsonl.gz)"``: a split's file in
+  messages."""
+  _check_split(split)
+  return f"{epath.Path(root) / FILE_STEMS[split]}.jsonl (or .jsonl.gz)"
+
+
+def find_file(root, split: str) -> Optional[epath.Path]:
+  """The file of ``split`` in ``root`` (``.jsonl`` first, then ``.jsonl.gz``), or None."""
+  _check_split(split)
+  for suffix in SUFFIXES:
+    path = epath.Path(root) / (FILE_STEMS[split] + suffix)
+    if path.exists():
+      return path
+  return None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> list[dict]:
+  """The labelled pairs of an SNLI ``.jsonl`` file's lines, in order ("-" dropped).
+
+  Returns:
+    One dict per labelled pair (the fields of the module docstring); ``index`` is the
+    0-based line of the pair among the file's non-blank lines.
+
+  Raises:
+    SnliFormatError: naming ``source`` and the 1-based line (not JSON, a missing field, an
+      unknown ``gold_label``).
+  """
+  out = []
+  index = -1
+  for lineno, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    index += 1
+
+    def fail(msg):
+      raise SnliFormatError(f"{source}, line {lineno}: {msg}; an SNLI line is one JSON "
+                            "object with gold_label, sentence1, sentence2 (and pairID).")
+
+    try:
+      record = json.loads(line)
+    except ValueError as err:
+      fail(f"not JSON ({err})")
+    if not isinstance(record, dict):
+      fail(f"a JSON {type(record).__name__}, not an object")
+    missing = [k for k in ("gold_label", "sentence1", "sentence2") if k not in record]
+    if missing:
+      fail(f"no field {missing[0]!r}")
+    gold = record["gold_label"]
+    if gold == NO_LABEL:
+      continue
+    if gold not in LABELS:
+      fail(f"gold_label {gold!r} is none of {list(LABELS)} or {NO_LABEL!r}")
+    out.append({"index": index, "pair_id": str(record.get("pairID", "")),
+                "premise": str(record["sentence1"]), "hypothesis": str(record["sentence2"]),
+                "label": LABELS.index(gold)})
+  return out
+
+
+def parse_file(path) -> list[dict]:
+  """:func:`parse_lines` of a ``.jsonl`` or ``.jsonl.gz`` file (UTF-8)."""
+  path = epath.Path(path)
+  with path.open("rb") as raw:
+    if str(path).endswith(".gz"):
+      with gzip.open(raw, "rt", encoding="utf-8") as f:
+        return parse_lines(f, source=str(path))
+    return parse_lines((b.decode("utf-8") for b in raw), source=str(path))
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def missing_files_message(root, splits: Sequence[str], *, reason: str) -> str:
+  wanted = "\n".join(f"  {expected_file(root, s)}" for s in splits)
+  return (f"SNLI: {reason}. Put the files of {URL} (unpacked; they are in its folder "
+          f"{ARCHIVE_FOLDER}/), as they are or gzipped, in manual_dir, flat:\n{wanted}\n(or "
+          "leave manual_dir empty to download the archive when online).")
+
+
+def missing_splits_line(root, splits: Sequence[str]) -> str:
+  """One line: which splits are missing and where their files go."""
+  return (f"SNLI: building {', '.join(s for s in SPLITS if s not in splits)} only; no "
+          f"{', '.join(splits)} split, its file is missing: "
+          f"{'; '.join(expected_file(root, s) for s in splits)}.")
+
+
+class Snli(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
+  """SNLI 1.0, one example per labelled pair; builds the splits whose files exist."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "SNLI 1.0 jsonl(.gz); '-' labels dropped; missing splits skipped."}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
+      "snli_1.0_{train,dev,test}.jsonl; gzipped copies .jsonl.gz work too).")
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict({
+            "index": np.int32,
+            "pair_id": tfds.features.Text(),
+            "premise": tfds.features.Text(),
+            "hypothesis": tfds.features.Text(),
+            "label": tfds.features.ClassLabel(names=LABELS),
+        }),
+        homepage="https://nlp.stanford.edu/projects/snli/",
+        citation=_CITATION,
+        # Written with the data: the source folder and the splits that were missing.
+        metadata=tfds.core.MetadataDict(),
+        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
+    )
+
+  def _source_root(self, dl_manager) -> epath.Path:
+    """The folder holding the ``.jsonl[.gz]`` files: ``manual_dir`` or the download."""
+    return prepare_lib.source_root(
+        dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_FOLDER,
+        missing=lambda path, reason: missing_files_message(path, SPLITS, reason=reason))
+
+  def _split_generators(self, dl_manager):
+    root = self._source_root(dl_manager)
+    paths = {s: find_file(root, s) for s in SPLITS}
+    missing = [s for s, p in paths.items() if p is None]
+    if len(missing) == len(SPLITS):
+      raise FileNotFoundError(missing_files_message(
+          root, SPLITS, reason=f"no SNLI file in {root}"))
+    if missing:
+      logging.warning(missing_splits_line(root, missing))
+    self.info.metadata["source_dir"] = str(root)
+    self.info.metadata["missing_splits"] = missing
+    return {s: self._generate_examples(parse_file(p)) for s, p in paths.items()
+            if p is not None}
+
+  def _generate_examples(self, pairs: Sequence[dict]) -> Iterator[tuple[int, dict]]:
+    for pair in pairs:
+      yield pair["index"], pair
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
+  """The splits a prepared builder holds, in :data:`SPLITS` order."""
+  return tuple(s for s in SPLITS if s in builder.info.splits)
+
+
+def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
+  """One line: ``split`` was not built, the file it needs, how to rebuild."""
+  root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
+  return (f"SNLI split {split!r} was not built: its file {expected_file(root, split)} was "
+          f"missing when the data was prepared in {builder.data_dir}; put the file there "
+          f"and delete that folder to rebuild (built: {list(available_splits(builder))}).")
+
+
+def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
+  """The prepared builder (prepared in ``data_dir`` on first use; safe for two runs that
+  share ``data_dir``). Splits whose files are missing are left out, with one logged line.
+
+  Args:
+    manual_dir: the folder with the ``snli_1.0_*.jsonl[.gz]`` files; ``""`` downloads
+      :data:`URL`.
+    data_dir: where TFDS keeps the prepared data (``""``: ``~/tensorflow_datasets``).
+
+  Raises:
+    FileNotFoundError: no split's file is there (the message lists them).
+    SnliFormatError: naming the file and line of a malformed line.
+  """
+  manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  builder = prepare_lib.prepare(
+      lambda: Snli(data_dir=str(epath.Path(data_dir).expanduser()) if data_dir else None,
+                   file_format="array_record", allow_download=not manual_dir),
+      manual_dir)
+  if manual_dir:
+    added = [s for s in (builder.info.metadata or {}).get("missing_splits", [])
+             if find_file(manual_dir, s) is not None]
+    if added:
+      logging.warning(f"SNLI: {find_file(manual_dir, added[0])} is there now but the data "
+                      f"in {builder.data_dir} was prepared without it; delete that folder to "
+                      "rebuild with it.")
+  return builder
+
+
+def _text(b) -> str:
+  return b.decode("utf-8") if isinstance(b, bytes) else str(b)
+
+
+def _plain(row: Mapping) -> dict:
+  return {"index": int(row["index"]), "pair_id": _text(row["pair_id"]),
+          "premise": _text(row["premise"]), "hypothesis": _text(row["hypothesis"]),
+          "label": int(row["label"])}
+
+
+def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
+               split: Optional[str] = None) -> list[dict]:
+  """The pairs of a split as plain dicts (module docstring), in file order.
+
+  Args:
+    source: a prepared :class:`Snli` builder (then give ``split``) or a data source
+      (``builder.as_data_source(split)``).
+    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
+
+  Raises:
+    MissingSplitError: the split's file was missing when the data was prepared.
+  """
+  if isinstance(source, tfds.core.DatasetBuilder):
+    if split is None:
+      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
+    _check_split(split)
+    if split not in source.info.splits:
+      raise MissingSplitError(missing_split_message(source, split))
+    source = source.as_data_source(split=split)
+  elif split is not None:
+    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
+                     "already (read_split(builder, split) or read_split(data_source)).")
+  n = len(source)
+  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
+      source[i] for i in range(n)]
+  return sorted((_plain(r) for r in rows), key=lambda r: r["index"])
+
+
+def load_splits(manual_dir: str = "", data_dir: str = "",
+                splits: Sequence[str] = SPLITS) -> dict[str, list[dict]]:
+  """``{split: read_split(...)}`` of :func:`prepare`'s builder for ``splits`` (every
+  one of them must have been built, else :class:`MissingSplitError`)."""
+  builder = prepare(manual_dir, data_dir)
+  return {s: read_split(builder, s) for s in splits}
+
+
+def label_counts(pairs: Iterable[Mapping]) -> np.ndarray:
+  """<int64>[3]: pairs per label (entailment, neutral, contradiction)."""
+  return np.bincount([int(p["label"]) for p in pairs], minlength=len(LABELS))

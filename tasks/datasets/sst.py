@@ -1,0 +1,265 @@
+r"""TFDS builder for the Stanford Sentiment Treebank (Socher et al., 2013), PTB-format trees.
+
+Splits ``train`` / ``validation`` / ``test`` (the files ``train.txt`` / ``dev.txt`` /
+``test.txt``; 8,544 / 1,101 / 2,210 sentences, one tree per line). Each example is one
+sentence with its tree's labels (0 very negative, 1 negative, 2 neutral, 3 positive, 4 very
+positive)::
+
+    {"index": 0,                              # 0-based line of the tree in its file
+     "tokens": ["It", "'s", "good"],          # Sequence(Text): the leaves, as in the file
+     "label": 3,                              # the root's (sentence) label, 0..4
+     "span_starts": [0, 0, 1, 1, 2],          # every node of the tree, pre-order (root
+     "span_ends":   [3, 1, 3, 2, 3],          #   first), covering tokens[start:end]
+     "span_labels": [3, 2, 4, 2, 4]}
+
+Tokens are stored as written in the files (case kept; ``-LRB-``, ``-RRB-``, `````` and
+``''``, ``\/``; three train leaves hold a no-break space, see :mod:`tasks.text.trees`):
+lower-casing and unescaping are the task's choice. The spans (all 2n - 1 nodes of a tree
+over n words) let a task train on the phrase labels; the sentence label is ``label``
+(== ``span_labels[0]``).
+
+Binary view (the paper's "binary" task, neutral removed): :func:`binary_examples` drops the
+sentences labelled 2 and maps 0, 1 -> 0 and 3, 4 -> 1 (and the same for the spans):
+6,920 / 872 / 1,821 sentences (:data:`NUM_BINARY`).
+
+Source: Stanford's archive ``trainDevTestTrees_PTB.zip`` (downloaded when ``manual_dir``
+is empty; its files are in ``trees/``) or ``manual_dir``, a folder holding the three files
+flat::
+
+    <manual_dir>/train.txt  dev.txt  test.txt
+
+Use (TensorFlow not needed)::
+
+    >>> from tasks.datasets import sst
+    >>> splits = sst.load_splits(manual_dir="../shared/data/sst", data_dir="/tmp/tfds")
+    >>> splits["train"][0]["tokens"][:3], splits["train"][0]["label"]
+    (['The', 'Rock', 'is'], 3)
+    >>> binary = {s: sst.binary_examples(v) for s, v in splits.items()}  # 6,920 / 872 / 1,821
+"""
+
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow_datasets as tfds
+from etils import epath
+
+from tasks.datasets import prepare as prepare_lib
+from tasks.text import trees
+
+URL = "https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip"
+ARCHIVE_FOLDER = "trees"   # the archive's folder holding train.txt, dev.txt, test.txt
+SPLITS = ("train", "validation", "test")
+FILE_NAMES = {"train": "train.txt", "validation": "dev.txt", "test": "test.txt"}
+NUM_CLASSES = 5
+LABEL_NAMES = ("very negative", "negative", "neutral", "positive", "very positive")
+NEUTRAL = 2
+
+# Sentences per split (fine-grained, all five labels) and in the binary view (neutral
+# removed), as in the LSTMN paper (Cheng et al., 2016, §5.2); checked on ../shared/data/sst.
+NUM_SENTENCES = {"train": 8_544, "validation": 1_101, "test": 2_210}
+NUM_BINARY = {"train": 6_920, "validation": 872, "test": 1_821}
+
+_CITATION = """\
+@inproceedings{socher2013recursive,
+  title={Recursive Deep Models for Semantic Compositionality Over a Sentiment Treebank},
+  author={Socher, Richard and Perelygin, Alex and Wu, Jean and Chuang, Jason and
+          Manning, Christopher D. and Ng, Andrew and Potts, Christopher},
+  booktitle={EMNLP}, year={2013}}
+"""
+
+
+class SstFormatError(ValueError):
+  """A tree that is malformed or has a label outside 0..4; the message names file and line."""
+
+
+def _check_split(split: str) -> None:
+  if split not in FILE_NAMES:
+    raise ValueError(f"split={split!r} is not an SST split; use one of {list(SPLITS)}.")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def example_from_tree(tree: trees.LabelledTree, index: int) -> dict:
+  """The example dict of the module docstring (plain Python types) for one tree."""
+  starts, ends, labels = zip(*tree.spans)
+  return {"index": index, "tokens": list(tree.tokens), "label": tree.label,
+          "span_starts": list(starts), "span_ends": list(ends), "span_labels": list(labels)}
+
+
+def parse_lines(lines: Iterable[str], source: str = "<lines>") -> list[dict]:
+  """The examples of an SST file's lines (one tree per non-blank line), in order.
+
+  Raises:
+    SstFormatError: naming ``source`` and the 1-based line (a malformed tree, or a label
+      outside 0..4).
+  """
+  out = []
+  for lineno, text in enumerate(lines, start=1):
+    if not text.strip():
+      continue
+    try:
+      tree = trees.parse_tree(text, source=source, line=lineno)
+    except trees.TreeFormatError as err:
+      raise SstFormatError(str(err)) from None
+    bad = [label for _, _, label in tree.spans if not 0 <= label < NUM_CLASSES]
+    if bad:
+      raise SstFormatError(f"{source}, line {lineno}: label {bad[0]} is not a sentiment "
+                           f"label 0..{NUM_CLASSES - 1}; is this an SST tree file?")
+    out.append(example_from_tree(tree, len(out)))
+  return out
+
+
+def parse_file(path) -> list[dict]:
+  """:func:`parse_lines` of a file (UTF-8)."""
+  path = epath.Path(path)
+  with path.open("r") as f:
+    return parse_lines(f, source=str(path))
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def missing_files_message(root, *, reason: str) -> str:
+  wanted = "\n".join(f"  {epath.Path(root) / n}" for n in FILE_NAMES.values())
+  return (f"SST: {reason}. Put the three files of Stanford's {URL} (unpacked; they are in "
+          f"its folder {ARCHIVE_FOLDER}/) in manual_dir, flat:\n{wanted}\n(or leave "
+          "manual_dir empty to download the archive when online).")
+
+
+class Sst(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
+  """The Stanford Sentiment Treebank, one example per sentence (see the module doc)."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "PTB-format trees; tokens as in the files, root and span labels."}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
+      "train.txt, dev.txt and test.txt).")
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict({
+            "index": np.int32,
+            "tokens": tfds.features.Sequence(tfds.features.Text()),
+            "label": np.int32,
+            "span_starts": tfds.features.Sequence(np.int32),
+            "span_ends": tfds.features.Sequence(np.int32),
+            "span_labels": tfds.features.Sequence(np.int32),
+        }),
+        homepage="https://nlp.stanford.edu/sentiment/",
+        citation=_CITATION,
+        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
+    )
+
+  def _source_root(self, dl_manager) -> epath.Path:
+    """The folder holding the three ``.txt`` files: ``manual_dir`` or the download."""
+    return prepare_lib.source_root(
+        dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_FOLDER,
+        missing=lambda path, reason: missing_files_message(path, reason=reason))
+
+  def _split_generators(self, dl_manager):
+    root = self._source_root(dl_manager)
+    paths = {s: root / n for s, n in FILE_NAMES.items()}
+    missing = [str(p) for p in paths.values() if not p.exists()]
+    if missing:
+      raise FileNotFoundError(missing_files_message(root, reason=f"missing file(s) {missing}"))
+    return {s: self._generate_examples(parse_file(p)) for s, p in paths.items()}
+
+  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
+    for ex in examples:
+      yield ex["index"], ex
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
+  """The prepared builder (prepared in ``data_dir`` on first use; safe for two runs that
+  share ``data_dir``).
+
+  Args:
+    manual_dir: the folder with ``train.txt``, ``dev.txt``, ``test.txt``; ``""`` downloads
+      :data:`URL`.
+    data_dir: where TFDS keeps the prepared data (``""``: ``~/tensorflow_datasets``).
+
+  Raises:
+    FileNotFoundError: listing the files to put in ``manual_dir``.
+    SstFormatError: naming the file and line of a malformed tree.
+  """
+  manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  return prepare_lib.prepare(
+      lambda: Sst(data_dir=str(epath.Path(data_dir).expanduser()) if data_dir else None,
+                  file_format="array_record", allow_download=not manual_dir),
+      manual_dir)
+
+
+def _text(b) -> str:
+  return b.decode("utf-8") if isinstance(b, bytes) else str(b)
+
+
+def _plain(row: Mapping) -> dict:
+  """A decoded TFDS row with ``str`` tokens and ``int`` labels."""
+  ints = lambda xs: [int(x) for x in xs]
+  return {"index": int(row["index"]), "tokens": [_text(t) for t in row["tokens"]],
+          "label": int(row["label"]), "span_starts": ints(row["span_starts"]),
+          "span_ends": ints(row["span_ends"]), "span_labels": ints(row["span_labels"])}
+
+
+def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
+               split: Optional[str] = None) -> list[dict]:
+  """The examples of a split as plain dicts (module docstring), in file order.
+
+  Args:
+    source: a prepared :class:`Sst` builder (then give ``split``) or a data source
+      (``builder.as_data_source(split)``).
+    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
+  """
+  if isinstance(source, tfds.core.DatasetBuilder):
+    if split is None:
+      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
+    _check_split(split)
+    source = source.as_data_source(split=split)
+  elif split is not None:
+    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
+                     "already (read_split(builder, split) or read_split(data_source)).")
+  n = len(source)
+  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
+      source[i] for i in range(n)]
+  return sorted((_plain(r) for r in rows), key=lambda r: r["index"])
+
+
+def load_splits(manual_dir: str = "", data_dir: str = "") -> dict[str, list[dict]]:
+  """``{split: read_split(...)}`` for the three splits of :func:`prepare`'s builder."""
+  builder = prepare(manual_dir, data_dir)
+  return {s: read_split(builder, s) for s in SPLITS}
+
+
+# --------------------------------------------------------------------------- views
+
+
+def binary_label(label: int) -> Optional[int]:
+  """0, 1 -> 0 (negative); 3, 4 -> 1 (positive); 2 (neutral) -> ``None``."""
+  if not 0 <= label < NUM_CLASSES:
+    raise ValueError(f"label={label!r} is not a sentiment label 0..{NUM_CLASSES - 1}.")
+  return None if label == NEUTRAL else int(label > NEUTRAL)
+
+
+def binary_examples(examples: Iterable[Mapping]) -> list[dict]:
+  """The binary view: sentences whose label is 2 dropped, labels mapped by
+  :func:`binary_label`; the spans keep only their non-neutral nodes, mapped the same way
+  (the root is always kept). ``index`` still names the line in the file."""
+  out = []
+  for ex in examples:
+    if ex["label"] == NEUTRAL:
+      continue
+    kept = [(s, e, binary_label(l)) for s, e, l in
+            zip(ex["span_starts"], ex["span_ends"], ex["span_labels"]) if l != NEUTRAL]
+    starts, ends, labels = (list(x) for x in zip(*kept))
+    out.append(dict(ex, label=binary_label(ex["label"]), span_starts=starts,
+                    span_ends=ends, span_labels=labels))
+  return out
+
+
+def label_counts(examples: Iterable[Mapping], num_classes: int = NUM_CLASSES) -> np.ndarray:
+  """<int64>[num_classes]: how many sentences have each label."""
+  return np.bincount([int(ex["label"]) for ex in examples], minlength=num_classes)
