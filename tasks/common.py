@@ -29,7 +29,7 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   evaluators in ``config.evals`` (see :mod:`rumjax.evaluators`; their ``every`` usually
   refers to ``config.eval_every``, so ``--eval_every`` sets them all).
 
-  ``grad_clip`` is ``None`` (a typed float placeholder, so ``--config.grad_clip=1.0``
+  ``l2`` adds ``l2 * w`` to every gradient (0 is off). ``grad_clip`` is ``None`` (a typed float placeholder, so ``--config.grad_clip=1.0``
   works): None (or 0) switches gradient clipping (by global norm) off.
   ``lr_boundaries``/``lr_values`` empty means a constant ``learning_rate``; else
   ``lr_values`` has one more entry than ``lr_boundaries`` (piecewise constant, in steps).
@@ -47,6 +47,7 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.rmsprop_decay = 0.9
   c.adagrad_init = 0.1
   c.grad_clip = config_dict.placeholder(float)
+  c.l2 = 0.0
   c.lr_boundaries = []
   c.lr_values = []
   c.lr_plateau_factor = 1.0

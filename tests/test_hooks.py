@@ -6,6 +6,7 @@ import os
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from rumjax import training
@@ -136,3 +137,14 @@ def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeyp
     training.train_and_evaluate(_config(num_steps=2, **{**plateau,
                                                         "lr_plateau_metric": "dev_ppl"}),
                                 str(tmp_path / "d"), toy_task)
+
+
+def test_a_task_may_wrap_the_optimizer(tmp_path, monkeypatch):
+  # A wrapper that zeroes every update: the parameters stay at their initial values.
+  frozen = lambda config, tx: optax.chain(tx, optax.scale(0.0))
+  monkeypatch.setattr(toy_task, "wrap_optimizer", frozen, raising=False)
+  summary = training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "a"), toy_task)
+  monkeypatch.delattr(toy_task, "wrap_optimizer")
+  init = training.train_and_evaluate(_config(num_steps=0), str(tmp_path / "b"), toy_task)
+  np.testing.assert_array_equal(summary["params"]["Dense_0"]["kernel"],
+                                init["params"]["Dense_0"]["kernel"])

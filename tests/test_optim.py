@@ -142,6 +142,7 @@ def test_the_schedule_drives_the_steps():
     ("lr_values", [0.1, -1.0], r"config\.lr_values=\[0\.1, -1\.0\] must be positive"),
     ("lr_values", [0.1, 0.2], r"config\.lr_values=\[0\.1, 0\.2\] must have one more entry "
                               r"than config\.lr_boundaries=\[\]"),
+    ("l2", -1e-4, r"config\.l2=-0\.0001 must be >= 0"),
     ("lr_plateau_factor", 1.5, r"config\.lr_plateau_factor=1\.5 must be in \(0, 1\]"),
     ("lr_plateau_factor", 0.0, r"config\.lr_plateau_factor=0\.0 must be in \(0, 1\]"),
     ("lr_plateau_mode", "down", r"config\.lr_plateau_mode='down' must be 'min' or 'max'"),
@@ -223,6 +224,22 @@ def test_the_plateau_scale_multiplies_the_sgd_step():
   assert optim.report_plateau(plain, 1.0, config) is not None
   with pytest.raises(ValueError, match=r"config\.lr_plateau_metric='' must name"):
     optim.validate_config(_config(lr_plateau_factor=0.5, lr_plateau_metric=""))
+
+
+def test_l2_adds_its_term_to_the_gradient_before_clipping():
+  params = {"w": jnp.asarray([1.0, -2.0, 0.5])}
+  grads = {"w": jnp.asarray([0.3, 0.1, -0.2])}
+  tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=0.1, l2=0.01))
+  updates, _ = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(updates["w"], -0.1 * (grads["w"] + 0.01 * params["w"]),
+                             rtol=1e-6)
+  # With clipping the L2 term counts in the clipped norm.
+  tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=1.0, l2=1.0,
+                                    grad_clip=1e-3))
+  updates, _ = tx.update(grads, tx.init(params), params)
+  total = grads["w"] + params["w"]
+  np.testing.assert_allclose(updates["w"], -1e-3 * total / jnp.linalg.norm(total),
+                             rtol=1e-5)
 
 
 # ------------------------------------------------------------------- the uRNN's hook

@@ -161,6 +161,15 @@ def _init_variables(model, batch, model_state, init_key, dropout_key):
   return model.init(rngs, batch, train=False, **kwargs)["params"]
 
 
+def make_optimizer(config, task) -> optax.GradientTransformation:
+  """:func:`optim.make_optimizer` of ``config``, passed through the task's optional
+  ``wrap_optimizer(config, tx) -> tx`` (e.g. the LSTMN paper's first-epoch scaling of the
+  pre-trained embedding rows, :func:`rumjax.embeddings.scale_embedding_rows`)."""
+  tx = optim.make_optimizer(config)
+  wrap = getattr(task, "wrap_optimizer", None)
+  return tx if wrap is None else wrap(config, tx)
+
+
 def count_model_params(task, config) -> int:
   """The number of trainable parameters of ``task.build_model(config)`` (shapes only,
   nothing is computed)."""
@@ -304,7 +313,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
   mesh = sharding_lib.make_mesh()
   sharding_lib.check_batch_size(config.batch_size, mesh)
   model = task.build_model(config)
-  tx = optim.make_optimizer(config)
+  tx = make_optimizer(config, task)
   state, train_iter, checkpointer = _restore(config, task, model, tx, mesh, workdir)
   evals = make_evaluators(config, task, model, mesh)
   hooks = [*hooks, *_config_hooks(config, evals)]
@@ -399,7 +408,7 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
   """
   mesh = sharding_lib.make_mesh()
   model = task.build_model(config)
-  tx = optim.make_optimizer(config)
+  tx = make_optimizer(config, task)
   directory = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(directory):
     raise ValueError(f"no checkpoints in {workdir!r} (expected {directory}/<step>/); pass "

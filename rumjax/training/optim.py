@@ -8,6 +8,9 @@ Config fields (:func:`validate_config` checks them all, naming the field):
 - ``learning_rate``, or ``lr_boundaries`` / ``lr_values``: piecewise constant, in steps
   (e.g. boundaries [b1, b2] and values [0.002, 1e-4, 1e-5] for FS-RUM-2).
 - ``grad_clip``: clip by global norm first; 0 or None is off.
+- ``l2``: L2 regularisation ``l2 * w`` added to the gradient of every parameter before
+  clipping (the same as ``l2/2 ||w||^2`` in the loss; the LSTMN paper's SST "regularization
+  constant 1E-4"); 0 or missing is off.
 - ``lr_plateau_factor`` (1.0 = off), ``lr_plateau_metric``, ``lr_plateau_mode``,
   ``lr_plateau_patience``, ``lr_plateau_min_delta``: multiply the learning rate by the
   factor whenever the evaluator metric (e.g. ``eval_ppl``) has not improved for
@@ -134,6 +137,8 @@ def validate_config(config: Config) -> None:
   _require(_is_number(decay) and 0 <= decay < 1, "rmsprop_decay", decay, "be in [0, 1)")
   init = config.get("adagrad_init", 0.1)
   _require(_is_number(init) and init >= 0, "adagrad_init", init, "be >= 0")
+  l2 = config.get("l2", 0.0)
+  _require(_is_number(l2) and l2 >= 0, "l2", l2, "be >= 0 (0 switches L2 off)")
   clip = config.get("grad_clip")
   _require(clip is None or (_is_number(clip) and clip >= 0), "grad_clip", clip,
            "be a maximum global norm > 0, or None or 0 to switch clipping off")
@@ -250,7 +255,8 @@ def make_schedule(config: Config) -> optax.Schedule:
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-  """The optimizer named by ``config.optimizer``, with global-norm clipping first and
+  """The optimizer named by ``config.optimizer``, with the ``l2`` gradient term first,
+  then global-norm clipping, and
   :func:`scale_on_plateau` after it when ``lr_plateau_factor < 1``.
 
   Every optimizer wrapper registered by a cell module wraps the optimizer (for the uRNN:
@@ -265,4 +271,7 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
   for wrap in cells_lib.optimizer_wrappers():
     opt = wrap(opt, schedule)
   clip = config.get("grad_clip")
-  return optax.chain(optax.clip_by_global_norm(clip), opt) if clip else opt
+  if clip:
+    opt = optax.chain(optax.clip_by_global_norm(clip), opt)
+  l2 = config.get("l2", 0.0)
+  return optax.chain(optax.add_decayed_weights(l2), opt) if l2 else opt
