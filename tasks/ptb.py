@@ -25,7 +25,10 @@ characters, 150 for words) -> dropout -> core -> dropout -> softmax. ``model.cor
 * ``"fast_slow"``: the FS-RNN-k of Mujika et al. (2017), fast cells ``model.fast_cell`` x
   ``model.num_fast`` of size ``model.fast_size`` around a slow cell ``model.slow_cell`` of
   size ``model.slow_size``, their options prefixed ``fast_`` / ``slow_`` (``slow_lam``,
-  ``fast_zoneout_c``, ...; :func:`rumjax.cells.fast_slow.fast_slow_from_config`).
+  ``fast_zoneout_c``, ...; :func:`rumjax.cells.fast_slow.fast_slow_from_config`);
+* ``"lstmn"``: ``model.num_layers`` LSTMN layers of size ``model.hidden_size`` (Cheng et
+  al. 2016, §5.1; :class:`rumjax.models.lstmn.LSTMNCore`): each window's tapes start from
+  the previous window's last state, ``model.cell`` is ignored.
 
 Probabilities: ``model.dropout_rate`` is the probability of DROPPING a unit (non-recurrent
 dropout, 0.35 in Table 5); the ``zoneout`` fields are the probabilities of KEEPING THE
@@ -52,11 +55,11 @@ from tasks import data as data_lib
 NAME = "ptb"
 CHAR_VARIANTS = ("fs_rum2", "fs_lstm2", "rum1000", "rum1000_tanh", "rum1400_nogate",
                  "rum2000", "2xrum1500", "lstm1000", "fs_eurnn2", "fs_goru2")
-WORD_VARIANTS = ("word_lstm300",)
+WORD_VARIANTS = ("word_lstm300", "word_lstmn1", "word_lstmn3")
 VARIANTS = CHAR_VARIANTS + WORD_VARIANTS
 EVAL_SPLITS = ("valid", "test")
 LEVELS = ("char", "word")
-CORES = ("cell", "stacked", "fast_slow")
+CORES = ("cell", "stacked", "fast_slow", "lstmn")
 # Training-stream tokens (one end-of-line token per line), for epochs -> steps.
 TRAIN_TOKENS = {"char": 5_017_482, "word": 929_589}
 
@@ -113,6 +116,10 @@ def _model(variant: Optional[str]) -> ml_collections.ConfigDict:
       "lstm1000": dict(cell="lnlstm", hidden_size=1000, zoneout=0.1, zoneout_c=0.5),
       "word_lstm300": dict(cell="lstm", hidden_size=300, embed_dim=150, dropout_rate=0.5,
                            zoneout=0.0),
+      "word_lstmn1": dict(core="lstmn", cell="lstmn", hidden_size=300, num_layers=1,
+                          embed_dim=150, dropout_rate=0.5, zoneout=0.0),
+      "word_lstmn3": dict(core="lstmn", cell="lstmn", hidden_size=300, num_layers=3,
+                          embed_dim=150, dropout_rate=0.5, zoneout=0.0),
   }
   m = common.cell_model_config("lm", embed_dim=128, dropout_rate=0.35, core="cell",
                                num_layers=1, zoneout_c=0.0)
@@ -125,8 +132,9 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
 
   Char variants (Table 3 / Table 5): batch 128, windows of 150, Adam 0.002, global-norm
   clip 1.0; FS variants follow Table 6 (180 epochs at 2e-3, 60 at 1e-4, 120 at 1e-5), the
-  others 100 epochs at 2e-3. ``word_lstm300``: LSTM 300 (the LSTMN paper's baseline),
-  batch 40, windows of 35, SGD 0.65, clip 5, the rate multiplied by 0.85 after every
+  others 100 epochs at 2e-3. Word variants (LSTMN paper §5.1, Table 1): ``word_lstm300``
+  (LSTM 300, the baseline), ``word_lstmn1`` / ``word_lstmn3`` (LSTMN 300, 1 / 3 layers),
+  embedding 150, output dropout 0.5 (ours: the paper gives none), batch 40, windows of 35, SGD 0.65, clip 5, the rate multiplied by 0.85 after every
   epoch's validation that does not improve the perplexity (``lr_plateau_*`` fields; "no
   significant improvement" in the paper, read here as any increase or tie: set
   ``lr_plateau_min_delta`` for a threshold).
@@ -188,8 +196,10 @@ def validate_config(config: Mapping[str, Any]) -> None:
   common.check_int(config, "eval_batch_size", 1)
   if model["core"] not in CORES:
     raise ValueError(f"config.model.core={model['core']!r} must be one of {list(CORES)}.")
-  if model["core"] != "fast_slow":
+  if model["core"] in ("cell", "stacked"):
     common.validate_cell_model(model)
+  if model["core"] != "fast_slow":
+    common.check_int(model, "hidden_size", 1, "config.model")
     common.check_int(model, "num_layers", 1, "config.model")
   common.check_int(model, "embed_dim", 1, "config.model")
   if not isinstance(model["dropout_rate"], (int, float)) or not 0 <= model["dropout_rate"] < 1:
@@ -275,6 +285,9 @@ def build_core(model: Mapping[str, Any]):
   if model["core"] == "fast_slow":
     from rumjax.cells import fast_slow
     return fast_slow.fast_slow_from_config(model)
+  if model["core"] == "lstmn":
+    from rumjax.models import lstmn
+    return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"])
   return cell_from_config(model["cell"], model["hidden_size"], model)
 
 

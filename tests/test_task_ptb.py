@@ -63,6 +63,11 @@ def test_every_variant_validates(variant):
       assert c.lr_boundaries == [180 * epoch, 240 * epoch] and c.num_steps == 360 * epoch
     else:
       assert c.num_steps == 100 * epoch and not c.lr_boundaries
+  elif variant in ptb.WORD_VARIANTS:
+    assert (c.batch_size, c.seq_len, c.optimizer, c.learning_rate, c.grad_clip) == (
+        40, 35, "sgd", 0.65, 5.0)
+    assert (c.lr_plateau_factor, c.lr_plateau_metric) == (0.85, "eval_ppl")
+    assert c.model.embed_dim == 150 and c.model.hidden_size == 300
 
 
 @pytest.mark.parametrize("field,value", [("level", "byte"), ("seq_len", 0),
@@ -144,3 +149,33 @@ def test_paper_cores_are_table_5():
   assert all(c.eta == 0.3 and c.lam == 0 for c in two.cells)
   one = ptb.build_core(ptb.default_config("rum1400_nogate").model)
   assert isinstance(one, RUMCell) and one.features == 1400 and not one.update_gate
+
+
+def test_lstmn_core_carries_its_state_across_windows(corpus):
+  """Word-level LSTMN (LSTMN paper §5.1): the second window's logits equal a hand-built
+  stack of lstmn_scan calls whose tapes start from the first window's last states."""
+  from rumjax import lstmn_scan
+  c = _config(corpus, level="word")
+  c.model.update(core="lstmn", num_layers=2, dropout_rate=0.0)
+  ptb.validate_config(c)
+  model = ptb.build_model(c)
+  batches = ptb.train_data(c)
+  first, second = next(batches), next(batches)
+  state = ptb.initial_model_state(c, c.batch_size)
+  variables = model.init(jax.random.key(0), first, model_state=state)
+  _, state = model.apply(variables, first, model_state=state)
+  logits, _ = model.apply(variables, second, model_state=state)
+  p = variables["params"]
+
+  def stack(tokens, initial):
+    x, last = p["embed"]["embedding"][tokens], []
+    for k in range(2):
+      hs, cs = lstmn_scan(p["rnn"]["stack"][f"layer_{k}"], x, initial=initial[k])
+      last.append((hs[:, -1], cs[:, -1]))
+      x = hs
+    return x, last
+
+  _, carried = stack(first["inputs"], [None, None])
+  hs, _ = stack(second["inputs"], carried)
+  want = hs @ p["head"]["kernel"] + p["head"]["bias"]
+  np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)

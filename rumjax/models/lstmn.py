@@ -136,3 +136,51 @@ class StackedLSTMN(nn.Module):
                     name=f"layer_{k}")
       outputs.append(layer(inputs, mask, initial[k]))
     return outputs if return_all else outputs[-1]
+
+
+class LSTMNCore(nn.Module):
+  """A :class:`StackedLSTMN` as the recurrent core of a language model (LSTMN §5.1).
+
+  It runs a whole window at once (``whole_sequence``: :func:`rumjax.models.sequence.
+  run_recurrence` calls it instead of scanning a cell), and its carry is every layer's
+  last ``(h_T, c_T)``: the next window's tapes start with that state at position 0 (see
+  ``initial`` of :func:`rumjax.lstmn_scan`). So within a window of T tokens each step
+  attends to the window's earlier positions and to the carried state; what lies further
+  back reaches it only through that state. (The paper's "memory size 300" is the size of
+  ``h`` and ``c``, not a span.)
+
+  Attributes:
+    features: ``Nh``, the hidden size of every layer (300 in the paper).
+    num_layers: 1 or 3 in the paper's Table 1.
+    attn_size: the intra-attention size (default: ``features``).
+    dropout_rate: dropout between layers.
+    memory_span: None (the whole window) or the most recent positions attended to.
+    deterministic: evaluation mode (set by ``run_recurrence`` from ``train``).
+  """
+  features: int
+  num_layers: int = 1
+  attn_size: Optional[int] = None
+  dropout_rate: float = 0.0
+  memory_span: Optional[int] = None
+  deterministic: bool = True
+  whole_sequence = True  # a class attribute, not a field
+
+  def initialize_carry(self, rng, input_shape):
+    """Zeros ``((h, c),) * num_layers``, each <float32>[batch, features]."""
+    del rng
+    zeros = jnp.zeros(tuple(input_shape[:-1]) + (self.features,), jnp.float32)
+    return tuple((zeros, zeros) for _ in range(self.num_layers))
+
+  @nn.compact
+  def __call__(self, xs: Array, initial_carry=None, return_carry: bool = False):
+    """``hs`` <float>[B, T, features] of the top layer (and the new carry first with
+    ``return_carry``, like ``nn.RNN``)."""
+    if initial_carry is None:
+      initial_carry = self.initialize_carry(None, xs.shape)
+    stack = StackedLSTMN(self.num_layers, self.features, self.attn_size or self.features,
+                         dropout_rate=self.dropout_rate, memory_span=self.memory_span,
+                         deterministic=self.deterministic, name="stack")
+    layers = stack(xs, None, list(initial_carry), return_all=True)
+    carry = tuple((hs[:, -1], cs[:, -1]) for hs, cs in layers)
+    hs = layers[-1][0]
+    return (carry, hs) if return_carry else hs

@@ -47,7 +47,9 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   A RUM cell without ``layer_norm``/``zoneout`` runs through :class:`rumjax.cells.rum.RUM`
   (:func:`rumjax.rum_scan`: one matmul for the input projection of the whole sequence and
   a hand-written backward pass) with the same parameters at ``<name>/cell``, so
-  checkpoints are interchangeable with the ``nn.RNN`` path. On both paths a RUM cell sows
+  checkpoints are interchangeable with the ``nn.RNN`` path. A core with a true class
+  attribute ``whole_sequence`` (:class:`rumjax.models.lstmn.LSTMNCore`) is called on the
+  whole sequence as ``core(xs, initial_carry=..., return_carry=...)``. On both paths a RUM cell sows
   ``cos(theta_t)`` <float>[batch, T] when ``"intermediates"`` is mutable
   (:func:`rumjax.analysis.cos_theta`): at ``<name>/cos_theta`` (``rum_scan``) or
   ``<name>/cell/cos_theta`` (``nn.RNN``).
@@ -71,6 +73,15 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   if any(f.name == "deterministic" for f in dataclasses.fields(cell)):
     updates["deterministic"] = not train
   cell = cell.clone(parent=None, name=None, **updates)
+  if getattr(cell, "whole_sequence", False):
+    # A core that runs the whole sequence itself (the LSTMN's attention over its tape).
+    if seq_lengths is not None:
+      raise ValueError(f"{type(cell).__name__} runs whole windows; seq_lengths is not "
+                       "supported (use its mask).")
+    fields = {f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)
+              if f.init and f.name not in ("parent", "name")}
+    core = type(cell)(**fields, name=name)  # a child of the calling module
+    return core(xs, initial_carry=initial_carry, return_carry=return_carry)
   if rum_cell.supports_scan(cell):
     # Fast path: rum_scan (same parameters at <name>/cell). Outputs past seq_lengths are
     # unspecified here as under nn.RNN; callers read hs before each row's length.
