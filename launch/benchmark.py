@@ -20,7 +20,15 @@ exposes. A plain candidate (``gru``) runs on one device, where XLA spreads each 
 over the cores (intra-op threads); a candidate with the suffix ``:dp`` (``rum1:dp``)
 splits the batch over all devices, as the training loop does (``launch.train
 --cpu_devices``), so the cores run the shards concurrently. ``x GRU`` is the ratio to GRU
-in the same mode, ``x best GRU`` to the faster of ``gru`` and ``gru:dp``.
+in the same mode, ``x best GRU`` to the faster of ``gru`` and ``gru:dp``, ``x LSTM`` to
+Flax's ``OptimizedLSTMCell`` in the same mode (in the JSON).
+
+The LSTMN (``lstmn``: :func:`rumjax.lstmn_scan` with its hand-written backward, attention
+size = Nh; ``lstmn_ref``: autodiff) attends over all earlier positions, O(T^2 Nh) per
+sequence, so its ratio to the LSTM grows with T (the LSTMN issue asks for Nh 300, T 50
+and 200)::
+
+    python -m launch.benchmark --shapes=16x50x300x300,16x200x300x300 --candidates=lstm,lstmn
 
 Decoding (``--decoding``, instead of the training table): jit-compiled ``greedy_search``
 and ``beam_search`` (``--beam_sizes``, ranked by average log-probability as the
@@ -68,7 +76,7 @@ flags.DEFINE_string("cpu_devices", "auto", "CPU devices for JAX: a number or 'au
 flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:dp",
                                  "rum1:dp"],
                   "Any of gru, lstm, rum0, rum1 (fast rum_scan, lam 0/1), rum0_ref, rum1_ref "
-                  "(the autodiff reference scan).")
+                  "(the autodiff reference scan), lstmn, lstmn_ref.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (median reported).")
 flags.DEFINE_integer("max_rum1_hidden", 256,
                      "Skip lam=1 candidates above this Nh (R is B Nh^2 per copy).")
@@ -108,6 +116,11 @@ def parse_shape(name):
 def matmul_flops(cand, b, t, nx, nh):
   """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
   cand = cand.split(":")[0]
+  if cand.startswith("lstmn"):
+    gates = 2 * b * (nx + nh) * 4 * nh * 3                       # forward + 2 gradients
+    attn = 2 * b * (nh + nx + nh) * nh * 3                       # W_h h_t, W_x x_t, W_h~ h~
+    tape = 2 * b * (t + 1) / 2 * (nh + 2 * nh) * 3               # v^T tanh, summaries
+    return t * (gates + attn + tape)
   if cand in ("gru", "lstm"):
     g = 3 if cand == "gru" else 4
     fwd = 2 * b * (nx + nh) * g * nh
@@ -138,14 +151,19 @@ def make_step(cand, shape):
   b, t, nx, nh = shape
   key = jax.random.key(0)
   xs = jax.random.normal(key, (b, t, nx), jnp.float32)
-  if cand not in ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref"):
+  if cand not in ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "lstmn",
+                  "lstmn_ref"):
     raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
-                     "rum1_ref, optionally with ':dp'.")
+                     "rum1_ref, lstmn, lstmn_ref, optionally with ':dp'.")
   if cand in ("gru", "lstm"):
     cell = nn.GRUCell(nh) if cand == "gru" else nn.OptimizedLSTMCell(nh)
     model = nn.RNN(cell)
     params = model.init(jax.random.key(1), xs)
     loss = lambda p, x: jnp.sum(model.apply(p, x) ** 2)
+  elif cand.startswith("lstmn"):
+    impl = "reference" if cand.endswith("_ref") else "fast"
+    params = rumjax.init_lstmn_params(jax.random.key(1), nx, nh, nh)
+    loss = lambda p, x: jnp.sum(rumjax.lstmn_scan(p, x, impl=impl)[0] ** 2)
   else:
     lam = 1 if cand.startswith("rum1") else 0
     impl = "reference" if cand.endswith("_ref") else "fast"
@@ -255,6 +273,9 @@ def run_shape(name, shape, candidates, repeats, peak):
     same = "gru:dp" if c.endswith(":dp") else "gru"
     if same in grus:
       rows[c]["ratio_gru"] = rows[c]["ms"] / grus[same]
+    lstm = "lstm:dp" if c.endswith(":dp") else "lstm"
+    if lstm in rows:
+      rows[c]["ratio_lstm"] = rows[c]["ms"] / rows[lstm]["ms"]
     if grus:
       rows[c]["ratio_best_gru"] = rows[c]["ms"] / min(grus.values())
   return rows
@@ -450,8 +471,8 @@ def main(argv):
 
 def run_training(results, peak):
   """The training-step table over ``--shapes``."""
-  head = (f"{'shape':>16} {'cand':>8} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
-          f"{'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} "
+  head = (f"{'shape':>16} {'cand':>9} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+          f"{'x LSTM':>6} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} "
           f"{'mm frac':>7}")
   print(head)
   for name in FLAGS.shapes:
@@ -462,7 +483,8 @@ def run_training(results, peak):
       rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
       ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
       best = f"{r['ratio_best_gru']:6.2f}" if "ratio_best_gru" in r else f"{'-':>6}"
-      print(f"{name:>16} {c:>8} {r['ms']:9.2f} {ratio} {best} {r['compile_s']:9.2f} "
+      lstm = f"{r['ratio_lstm']:6.2f}" if "ratio_lstm" in r else f"{'-':>6}"
+      print(f"{name:>16} {c:>9} {r['ms']:9.2f} {ratio} {best} {lstm} {r['compile_s']:9.2f} "
             f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
             f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
 

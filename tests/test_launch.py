@@ -185,15 +185,17 @@ def test_benchmark_runs_both_device_modes(tmp_path):
   out = tmp_path / "bench.json"
   proc = subprocess.run(
       [sys.executable, "-m", "launch.benchmark", "--shapes=4x5x3x4", "--repeats=1",
-       "--matmul_size=64", "--cpu_devices=2", "--candidates=gru,rum1,gru:dp,rum1:dp",
+       "--matmul_size=64", "--cpu_devices=2",
+       "--candidates=gru,rum1,gru:dp,rum1:dp,lstm,lstmn",
        f"--output={out}"], cwd=REPO, env=_env(), capture_output=True, text=True,
       timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   assert result["devices"] == 2
   rows = result["shapes"]["4x5x3x4"]["candidates"]
-  assert set(rows) == {"gru", "rum1", "gru:dp", "rum1:dp"}
+  assert set(rows) == {"gru", "rum1", "gru:dp", "rum1:dp", "lstm", "lstmn"}
   assert rows["gru"]["ratio_gru"] == rows["gru:dp"]["ratio_gru"] == 1.0
+  assert rows["lstm"]["ratio_lstm"] == 1.0 and rows["lstmn"]["ratio_lstm"] > 0
   assert min(rows["gru"]["ratio_best_gru"], rows["gru:dp"]["ratio_best_gru"]) == 1.0
   assert all(r["ms"] > 0 for r in rows.values())
 
