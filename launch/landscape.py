@@ -1,0 +1,72 @@
+r"""Figure 8 of the RUM paper: loss landscapes of trained RUM and GORU recall models.
+
+    python -m launch.landscape --rum_workdir=/work/runs/landscape_rum \
+        --goru_workdir=/work/runs/landscape_goru          # -> docs/figures/landscape_*.png
+
+For each workdir (a ``launch.train`` run of the recall task: ``config.json`` and
+checkpoints; the latest checkpoint is used) the loss on the first training batch is
+evaluated along ``w* + alpha d1`` (``--points`` values of ``alpha`` in
+``[-span, span]``) and over ``w* + alpha d1 + beta d2`` (a ``--grid`` x ``--grid`` plane),
+where ``d1, d2`` are filter-normalised random directions (Li et al., 2018) over the
+rotation weights only (:mod:`rumjax.landscape`: RUM's ``W^tau_xh``, ``W~_xh``,
+``W^tau_hh``; GORU's angles ``thetas``). Writes ``landscape_1d.png``,
+``landscape_2d.png`` and ``landscape.json`` (curves, grids, local-minimum counts) to
+``--out_dir`` and prints the counts.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+import tasks
+from rumjax import landscape, plotting_landscape, utils
+
+
+def define_flags(flag_values=flags.FLAGS) -> None:
+  """The command-line flags (defined only when run as a script, or on ``flag_values``)."""
+  f = dict(flag_values=flag_values)
+  flags.DEFINE_string("rum_workdir", None, "Training workdir of a RUM recall run.",
+                      required=True, **f)
+  flags.DEFINE_string("goru_workdir", None, "Training workdir of a GORU recall run.",
+                      required=True, **f)
+  flags.DEFINE_string("out_dir", "docs/figures", "Where the PNGs and landscape.json go.",
+                      **f)
+  flags.DEFINE_integer("points", 51, "Points of the 1-D line.", **f)
+  flags.DEFINE_integer("grid", 21, "Points per axis of the 2-D plane.", **f)
+  flags.DEFINE_float("span", 1.0, "alpha and beta range over [-span, span].", **f)
+  flags.DEFINE_integer("seed", 0, "Seed of the random directions.", **f)
+
+
+def run(values) -> dict:
+  """Computes, draws and writes the landscapes for parsed flag ``values``."""
+  results = {}
+  try:
+    for cell, workdir in (("rum", values.rum_workdir), ("goru", values.goru_workdir)):
+      results[cell] = landscape.landscape_of_run(
+          workdir, tasks.get_task, cell=cell, points=values.points, grid=values.grid,
+          span=values.span, seed=values.seed)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  out = values.out_dir
+  paths = [plotting_landscape.plot_landscape_1d(results, os.path.join(out, "landscape_1d.png")),
+           plotting_landscape.plot_landscape_2d(results, os.path.join(out, "landscape_2d.png"))]
+  settings = {k: values[k].value for k in ("points", "grid", "span", "seed")}
+  utils.write_json(os.path.join(out, "landscape.json"), {"settings": settings, **results})
+  for cell, r in results.items():
+    print(f"{r['label']} step {r['step']}: local minima {r['local_minima_1d']} along the "
+          f"line, {r['local_minima_2d']} on the plane ({r['num_varied']} weights varied, "
+          f"{r['seconds']:.1f} s)")
+  print("\n".join(paths + [os.path.join(out, "landscape.json")]))
+  return results
+
+
+def main(argv):
+  del argv
+  logging.get_absl_handler().addFilter(utils.QuietOrbax())
+  run(flags.FLAGS)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
