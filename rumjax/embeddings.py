@@ -22,11 +22,11 @@ for Machine Reading" (../shared/papers/003_f1725593a1f1f189.txt):
 while ``step < until_step`` (the first epoch: :func:`steps_per_epoch`)::
 
     tx = optax.chain(
+        optimizer,                               # after the optimizer: scales the steps
         scale_embedding_rows("embed/embedding", sst_row_scale(pretrained),
-                             until_step=steps_per_epoch(num_train, batch_size)),
-        optimizer)                               # before the optimizer: scales gradients
+                             until_step=steps_per_epoch(num_train, batch_size)))
 
-Placement: before the optimizer it scales the *gradients* (the paper's wording); after
+(the ``sst`` and ``snli`` tasks do this in their ``wrap_optimizer``). Placement: before the optimizer it scales the *gradients* (the paper's wording); after
 it, the *updates* (the step of those rows). Under Adam these differ: Adam divides by the
 running RMS of the gradients it sees, so a constant factor on a row's gradients leaves its
 steps unchanged in epoch 1 (x0.35 before Adam: step ratio 1.00 measured) and makes them

@@ -82,7 +82,7 @@ def test_help_documents_every_flag():
 
 @pytest.mark.parametrize("args,message", [
     (["--task=copyng"], "unknown task 'copyng'; known tasks are ['babi', 'copying', 'ptb', "
-                        "'recall']; did you mean 'copying'?"),
+                        "'recall', 'snli', 'sst']; did you mean 'copying'?"),
     (["--cell=rnm"], "config.model.cell: unknown cell 'rnm'; known cells are ['eurnn'"),
     (["--config.model.lam=2"], "config.model.lam"),
     (["--config.nosuchfield=3"], "unknown config field 'nosuchfield' (top-level fields: "),

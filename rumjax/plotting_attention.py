@@ -1,0 +1,69 @@
+r"""The LSTMN's intra-attention as a heat map (Cheng, Dong, Lapata 2016, Figures 4-5).
+
+Row ``t`` is the step that reads token ``t`` (1-based); column ``i`` is tape position ``i``
+(0..T-1), the memory slot written when token ``i`` was read; column 0 is the empty tape
+slot ``h_0 = c_0 = 0`` that every step can attend to (step 1 attends only to it). Cells
+with ``i >= t`` (not yet written) are blank. The weights are those of
+:func:`rumjax.lstmn_scan` with ``return_attention=True`` (``s[t - 1, i]``), e.g. from
+:func:`rumjax.models.text_classifier.intra_attention`; ``launch/attention.py`` is the CLI.
+
+As in :mod:`rumjax.plotting`: ``draw_*`` takes a Matplotlib ``Axes``, ``plot_*`` writes a
+PNG through ``matplotlib.figure.Figure`` and its Agg canvas (no pyplot); Matplotlib is
+imported only when drawing.
+"""
+
+from typing import Sequence
+
+import numpy as np
+
+from rumjax import plotting
+
+EMPTY_SLOT = "<empty> (h_0)"
+
+
+def attention_matrix(weights, num_tokens: int) -> np.ndarray:
+  """The ``[T, T]`` picture of ``weights`` <float>[T, T + 1] (or [T, T]): ``s[t - 1, i]`` for
+  ``i < t``, NaN above (not yet written)."""
+  w = np.asarray(weights, np.float64)
+  if w.ndim != 2 or w.shape[0] != num_tokens or w.shape[1] < num_tokens:
+    raise ValueError(f"weights have shape {w.shape}; for {num_tokens} tokens they must be "
+                     f"[{num_tokens}, {num_tokens} + 1] (steps x tape positions 0..T).")
+  w = w[:, :num_tokens].copy()
+  w[np.triu_indices(num_tokens, k=1)] = np.nan   # row t - 1: positions i >= t not written
+  return w
+
+
+def draw_intra_attention(ax, tokens: Sequence[str], weights, title: str = ""):
+  """Heat map of one sentence's intra-attention on ``ax`` (module docstring)."""
+  tokens = [str(t) for t in tokens]
+  n = len(tokens)
+  w = attention_matrix(weights, n)
+  image = ax.imshow(np.ma.masked_invalid(w), cmap="Reds", vmin=0.0, vmax=1.0,
+                    interpolation="nearest", aspect="auto")
+  ax.set_xticks(range(n))
+  ax.set_xticklabels([EMPTY_SLOT] + tokens[:-1], rotation=90)
+  ax.set_yticks(range(n))
+  ax.set_yticklabels(tokens)
+  ax.set_xlabel("tape position (the memory of each earlier token)")
+  ax.set_ylabel("token being read")
+  ax.set_title(title)
+  ax.figure.colorbar(image, ax=ax, shrink=0.85, label="attention weight")
+  return ax
+
+
+def plot_intra_attention(tokens: Sequence[str], weights, path: str, title: str = "") -> str:
+  """Writes the heat map of :func:`draw_intra_attention` as a PNG at ``path``.
+
+  Args:
+    tokens: the ``T`` tokens of the sentence.
+    weights: <float>[T, T + 1] (or [T, T]) intra-attention weights of one sentence.
+    path: the PNG to write (its folder is created).
+    title: the figure's title.
+
+  Returns:
+    ``path``.
+  """
+  size = 2.5 + 0.38 * len(tokens)
+  fig, axes = plotting._figure(size + 1.5, size)
+  draw_intra_attention(axes[0, 0], tokens, weights, title)
+  return plotting._save(fig, path)

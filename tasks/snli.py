@@ -1,0 +1,360 @@
+"""Natural language inference on SNLI 1.0 (Cheng, Dong, Lapata 2016, §5.3 and Table 3).
+
+Data: ``snli_1.0_{train,dev,test}.jsonl[.gz]`` through the TFDS builder
+:mod:`tasks.datasets.snli` (pairs labelled ``"-"`` dropped: 549,367 / 9,842 / 9,824), read
+from ``manual_dir`` (default ``../shared/data/snli``) or downloaded. Labels: 0 entailment,
+1 neutral, 2 contradiction. Variants (``data_split``):
+
+* ``"full"``: the paper's set-up: train on train, validate on dev, test on test. Needs
+  ``snli_1.0_train.jsonl`` (or ``.jsonl.gz``); without it, an error naming that file.
+* ``"dev90"`` (default, as ``../shared/data/snli`` has no train file): **trains on 90% of
+  the dev set** and validates on the other 10% (split ``"dev10"``, metrics
+  ``eval_dev10_*``), tests on the whole test set (``test_*``). The 90/10 split is a fixed
+  permutation of the dev pairs (:func:`dev90_split`, seed :data:`DEV90_SEED`), independent of
+  ``config.seed``: 8,858 training and 984 held-out pairs. Numbers from this variant are not
+  comparable to the paper's (60x less training data).
+
+Text: lower-cased and tokenised with :func:`tasks.text.treebank_words` (§5.3: "We performed
+lower-casing and tokenization"). The vocabulary is every word of the training pairs (min
+count 1) plus ``<pad>`` (id 0) and ``<unk>``. A batch is ``{"premise": <int32>[B, M],
+"premise_lengths": <int32>[B], "hypothesis": <int32>[B, T], "hypothesis_lengths",
+"targets": <int32>[B], "index": <int32>[B] (the pair's line in its file), "mask"}``, each
+sentence padded to the next power of two of its longest (``bucket_lengths``).
+
+Models (``config.model.name``, :mod:`rumjax.models.text_classifier`), hidden 100 by default
+(300 and 450 in Table 3: ``--config.model.hidden_size``): ``"lstm"`` (two LSTMs, Bowman et
+al., 2015), ``"lstmn"`` (two LSTMNs, default), ``"lstmn_shallow"`` and ``"lstmn_deep"``
+(attention fusion, premise -> hypothesis). Each sentence's tape is averaged over its real
+tokens, the two averages are concatenated and classified by 2 ReLU layers (``mlp_layers``)
+with dropout 0.2 (the paper selects it from [0.1, 0.2, 0.3, 0.4]) and a softmax layer.
+
+Training (§5.3): Adam (0.9, 0.999) at 1e-3, batch 32 ("16 or 32"), 300-d embeddings.
+``word_vectors`` (a GloVe/word2vec text file; "" = embeddings trained from scratch, the
+default here): the embedding starts from the file's vectors, OOV words N(0, 1), and "we only
+updated OOV vectors in the first epoch": :func:`wrap_optimizer` zeroes the updates of the
+pre-trained rows during the first epoch (:func:`rumjax.embeddings.snli_row_scale`, chained
+after the optimizer, as for SST in :mod:`tasks.sst`).
+"""
+
+import dataclasses
+import functools
+import math
+import os
+from typing import Any, Iterator, Mapping, Optional
+
+import ml_collections
+import numpy as np
+import optax
+from ml_collections import config_dict
+
+from rumjax import embeddings, metrics
+from rumjax.models import text_classifier
+from tasks import common
+from tasks.data import ShuffledBatches, bucket_length, eval_batches
+from tasks.text import tokenizers
+from tasks.text.vocabulary import Vocabulary
+
+NAME = "snli"
+VARIANTS = ("full", "dev90")
+EVAL_SPLITS = ("dev", "dev10", "test")
+MODELS = ("lstm", "lstmn", "lstmn_shallow", "lstmn_deep")
+LABELS = ("entailment", "neutral", "contradiction")
+NUM_CLASSES = len(LABELS)
+# The splits each data_split trains on and evaluates on.
+SPLITS = {"full": ("train", "dev", "test"), "dev90": ("train", "dev10", "test")}
+DEV90_SEED = 90
+DEV90_FRACTION = 0.9
+NUM_TRAIN = {"full": 549_367, "dev90": 8_858}
+PAD, UNK = "<pad>", "<unk>"
+MIN_BUCKET = 8
+
+
+# --------------------------------------------------------------------------- config
+
+
+def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The SNLI config of §5.3: ``"dev90"`` (also ``None``) or ``"full"``.
+
+  Fields beyond the common ones: ``data_split`` ("full"|"dev90"), ``manual_dir``,
+  ``data_dir``, ``word_vectors``, ``bucket_lengths``, ``eval_batch_size`` (as in
+  :mod:`tasks.sst`). ``num_steps`` is 20 epochs (dev90) or 10 (full), ``eval_every`` one
+  epoch (dev90) or a tenth of one (full).
+  """
+  if variant is not None and variant not in VARIANTS:
+    raise ValueError(f"unknown snli variant {variant!r}; known variants are "
+                     f"{list(VARIANTS)} (or None for dev90).")
+  c = common.base_config(NAME, variant)
+  c.data_split = variant or "dev90"
+  c.manual_dir = common.shared_data_dir("snli")
+  c.data_dir = ""
+  c.word_vectors = ""
+  c.bucket_lengths = True
+  c.model = common.cell_model_config(
+      "lstmn", cell="lstm", hidden_size=100, embed_dim=300, num_layers=1,
+      attn_size=config_dict.placeholder(int), inter_size=config_dict.placeholder(int),
+      memory_span=config_dict.placeholder(int), skip_input=False,
+      condition_on_source=False, impl="fast", pooling="mean", mlp_layers=2,
+      mlp_size=config_dict.placeholder(int), dropout_rate=0.2)
+  c.optimizer = "adam"
+  c.learning_rate = 1e-3
+  c.batch_size = 32
+  c.eval_batch_size = 64
+  epoch = math.ceil(NUM_TRAIN[c.data_split] / c.batch_size)   # 277 / 17,168 steps
+  if c.data_split == "dev90":
+    c.num_steps, c.eval_every = 20 * epoch, epoch
+  else:
+    c.num_steps, c.eval_every = 10 * epoch, epoch // 10
+  c.checkpoint_every = c.eval_every
+  c.log_every = 50
+  valid = "dev10" if c.data_split == "dev90" else "dev"
+  key = "eval_dev10" if c.data_split == "dev90" else "eval"
+  c.evals[key] = common.eval_entry(valid, c.get_ref("eval_every"),
+                                   batch_size=c.get_ref("eval_batch_size"))
+  c.evals.test = common.eval_entry("test", 0, batch_size=c.get_ref("eval_batch_size"))
+  return c
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+  """Raises ``ValueError`` naming the first bad field (and missing data files)."""
+  common.check_task(config, NAME, VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
+  common.validate_cell_model(config.model)
+  text_classifier.check_model_config(config.model, MODELS)
+  scheme = config["data_split"]
+  if scheme not in VARIANTS:
+    raise ValueError(f"config.data_split={scheme!r} must be one of {list(VARIANTS)}.")
+  for name, entry in config["evals"].items():
+    if entry["split"] not in SPLITS[scheme]:
+      raise ValueError(f"config.evals.{name}.split={entry['split']!r} is not an evaluation "
+                       f"split of data_split={scheme!r}; use one of "
+                       f"{list(SPLITS[scheme][1:])}"
+                       f"{' (dev90 trains on 90% of dev)' if scheme == 'dev90' else ''}.")
+  if not isinstance(config["bucket_lengths"], bool):
+    raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
+                     "False.")
+  common.check_int(config, "eval_batch_size", 1)
+  if not isinstance(config["word_vectors"], str):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
+  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
+                     "GloVe/word2vec text file (.txt or .txt.gz) or '' (no vectors).")
+  common.check_data_folders(config, "snli_1.0_{train,dev,test}.jsonl (or .jsonl.gz)")
+  root = os.path.expanduser(config["manual_dir"])
+  if root:
+    needed = {"full": ("train", "dev", "test"), "dev90": ("dev", "test")}[scheme]
+    missing = [f"{os.path.join(root, f'snli_1.0_{s}')}.jsonl (or .jsonl.gz)" for s in needed
+               if not any(os.path.isfile(os.path.join(root, f"snli_1.0_{s}{suffix}"))
+                          for suffix in (".jsonl", ".jsonl.gz"))]
+    if missing:
+      hint = (" (the dev90 variant trains on 90% of dev instead: --variant=dev90)"
+              if scheme == "full" else "")
+      raise ValueError(f"config.manual_dir={config['manual_dir']!r} lacks "
+                       f"{', '.join(missing)}: data_split={scheme!r} needs it{hint}.")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def tokenize(text: str) -> list[str]:
+  """Lower-cased treebank tokens (:func:`tasks.text.treebank_words`)."""
+  return tokenizers.treebank_words(text)
+
+
+def dev90_split(num: int, fraction: float = DEV90_FRACTION,
+                seed: int = DEV90_SEED) -> tuple[np.ndarray, np.ndarray]:
+  """``(train, heldout)``: sorted, disjoint indices covering ``range(num)``; ``train`` is a
+  fixed random ``round(fraction * num)`` of them (the permutation of ``default_rng(seed)``)."""
+  perm = np.random.default_rng(seed).permutation(num)
+  k = int(round(fraction * num))
+  return np.sort(perm[:k]), np.sort(perm[k:])
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+  """The encoded pairs of one ``data_split``.
+
+  Attributes:
+    vocab: the :class:`tasks.text.Vocabulary` of the training pairs.
+    splits: ``{split: {"premise": <int32>[N, M_max], "premise_lengths", "hypothesis",
+      "hypothesis_lengths", "targets", "index"}}`` for ``SPLITS[data_split]``.
+  """
+  vocab: Vocabulary
+  splits: dict
+
+  def size(self, split: str) -> int:
+    return len(self.splits[split]["targets"])
+
+
+def _padded(token_lists, vocab: Vocabulary, width: int) -> tuple[np.ndarray, np.ndarray]:
+  lengths = np.asarray([len(t) for t in token_lists], np.int32)
+  ids = np.zeros((len(token_lists), width), np.int32)
+  for i, tokens in enumerate(token_lists):
+    ids[i, :len(tokens)] = vocab.encode(tokens)
+  return ids, lengths
+
+
+def encode(pairs: Mapping[str, list], vocab: Optional[Vocabulary] = None) -> Data:
+  """Token ids of every split of ``pairs`` (``{split: [pair dict]}``, one of them
+  ``"train"``), premises (and hypotheses) padded to the longest of all splits; the
+  vocabulary from the training pairs unless given."""
+  tokens = {s: ([tokenize(p["premise"]) for p in ps], [tokenize(p["hypothesis"]) for p in ps])
+            for s, ps in pairs.items()}
+  if vocab is None:
+    vocab = Vocabulary.build(tokens["train"][0] + tokens["train"][1], pad=PAD, unk=UNK,
+                             bos=None, eos=None)
+  # One cap per sentence role over all splits, so the splits' batches share bucket shapes.
+  width = [max(1, max((len(t) for ts in tokens.values() for t in ts[k]), default=1))
+           for k in (0, 1)]
+  splits = {}
+  for split, ps in pairs.items():
+    premise, premise_lengths = _padded(tokens[split][0], vocab, width[0])
+    hypothesis, hypothesis_lengths = _padded(tokens[split][1], vocab, width[1])
+    splits[split] = {"premise": premise, "premise_lengths": premise_lengths,
+                     "hypothesis": hypothesis, "hypothesis_lengths": hypothesis_lengths,
+                     "targets": np.asarray([p["label"] for p in ps], np.int32),
+                     "index": np.asarray([p["index"] for p in ps], np.int32)}
+    for v in splits[split].values():
+      v.flags.writeable = False
+  return Data(vocab, splits)
+
+
+def load_pairs(data_split: str, manual_dir: str = "", data_dir: str = "") -> dict[str, list]:
+  """``{split: [pair dict]}`` of ``SPLITS[data_split]`` (see the module docstring).
+
+  Raises:
+    ValueError: one line naming the missing file(s) (``full`` without the train file).
+  """
+  from tasks.datasets import snli as snli_data  # imports TFDS: only when data is needed
+  builder_splits = {"full": ("train", "validation", "test"),
+                    "dev90": ("validation", "test")}[data_split]
+  try:
+    raw = snli_data.load_splits(os.path.expanduser(manual_dir) if manual_dir else "",
+                                os.path.expanduser(data_dir) if data_dir else "",
+                                splits=builder_splits)
+  except FileNotFoundError as err:
+    hint = " (or train on 90% of dev: --variant=dev90)" if data_split == "full" else ""
+    raise ValueError(" ".join(str(err).split()) + hint) from None
+  if data_split == "full":
+    return {"train": raw["train"], "dev": raw["validation"], "test": raw["test"]}
+  train, heldout = dev90_split(len(raw["validation"]))
+  dev = raw["validation"]
+  return {"train": [dev[i] for i in train], "dev10": [dev[i] for i in heldout],
+          "test": raw["test"]}
+
+
+@functools.lru_cache(maxsize=4)
+def _data(data_split: str, manual_dir: str, data_dir: str) -> Data:
+  return encode(load_pairs(data_split, manual_dir, data_dir))
+
+
+def data(config) -> Data:
+  """The encoded data of ``config`` (prepared and loaded once per process)."""
+  return _data(config["data_split"], config["manual_dir"], config["data_dir"])
+
+
+def batch_maker(arrays: Mapping[str, np.ndarray], bucket: bool):
+  """``idx -> batch``: rows ``idx``, each sentence cut to the power-of-two bucket of its
+  longest in the batch (at least 8 tokens) when ``bucket``."""
+
+  def make(idx):
+    batch = {k: v[idx] for k, v in arrays.items()}
+    for key in ("premise", "hypothesis"):
+      cap = batch[key].shape[1]
+      size = bucket_length(batch[f"{key}_lengths"].max(), MIN_BUCKET, cap) if bucket else cap
+      batch[key] = np.ascontiguousarray(batch[key][:, :size])
+    return batch
+
+  return make
+
+
+def train_data(config, *, process_index: int = 0,
+               process_count: int = 1) -> ShuffledBatches:
+  """Endless shuffled batches of the training pairs; deterministic in ``(seed, step)`` and
+  resumable (:class:`tasks.data.ShuffledBatches`)."""
+  d = data(config)
+  return ShuffledBatches(d.size("train"), batch_maker(d.splits["train"], config.bucket_lengths),
+                         seed=config.seed, batch_size=config.batch_size,
+                         process_index=process_index, process_count=process_count)
+
+
+def eval_data(config, split: str, *, process_index: int = 0,
+              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """An evaluation split (``"dev"`` for full, ``"dev10"`` for dev90, ``"test"``) in file
+  order, every pair exactly once (padded rows of the last batch have mask 0)."""
+  allowed = SPLITS[config.data_split][1:]
+  if split not in allowed:
+    raise ValueError(f"unknown snli split {split!r} for data_split="
+                     f"{config.data_split!r}; its evaluation splits are {list(allowed)}.")
+  d = data(config)
+  return eval_batches(d.size(split), batch_maker(d.splits[split], config.bucket_lengths),
+                      batch_size=config.batch_size, process_index=process_index,
+                      process_count=process_count)
+
+
+def sentence_batch(config, text: str, hypothesis: Optional[str] = None
+                   ) -> tuple[list[str], dict[str, np.ndarray]]:
+  """``(premise tokens, batch)`` of one pair (the hypothesis defaults to the premise), e.g.
+  for :func:`rumjax.models.text_classifier.intra_attention` (``sentence="premise"``)."""
+  vocab = data(config).vocab
+  batch = {}
+  tokens = None
+  for key, sentence in (("premise", text), ("hypothesis", hypothesis or text)):
+    words = tokenize(sentence)
+    if not words:
+      raise ValueError(f"the sentence {sentence!r} has no tokens.")
+    tokens = words if tokens is None else tokens
+    batch[key] = vocab.encode(words)[None]
+    batch[f"{key}_lengths"] = np.asarray([len(words)], np.int32)
+  return tokens, batch
+
+
+def to_text(config, batch, row: int = 0) -> str:
+  """A batch row as ``"premise || hypothesis -> label"``."""
+  vocab = data(config).vocab
+  text = lambda key: vocab.to_text(batch[key][row][:int(batch[f"{key}_lengths"][row])])
+  return f"{text('premise')} || {text('hypothesis')} -> {LABELS[int(batch['targets'][row])]}"
+
+
+# ----------------------------------------------------------------------- word vectors
+
+
+@functools.lru_cache(maxsize=2)
+def _vectors(path, data_split, manual_dir, data_dir, dim, seed):
+  tokens = _data(data_split, manual_dir, data_dir).vocab.tokens
+  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
+
+
+def word_vectors(config) -> tuple[np.ndarray, np.ndarray]:
+  """``(matrix <float32>[V, embed_dim], pretrained <bool>[V])`` of ``config.word_vectors``
+  (loaded once per process; OOV rows N(0, 1) drawn from ``seed``)."""
+  return _vectors(os.path.expanduser(config.word_vectors), config.data_split,
+                  config.manual_dir, config.data_dir, config.model.embed_dim, config.seed)
+
+
+def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """With ``word_vectors``: pre-trained rows frozen (update x0) in the first epoch, only
+  OOV rows learn (§5.3); else ``tx`` unchanged."""
+  if not config.word_vectors:
+    return tx
+  _, pretrained = word_vectors(config)
+  first_epoch = embeddings.steps_per_epoch(data(config).size("train"), config.batch_size)
+  return optax.chain(tx, embeddings.scale_embedding_rows(
+      "embed/embedding", embeddings.snli_row_scale(pretrained), until_step=first_epoch))
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def build_model(config):
+  """The pair classifier of ``config.model`` (:func:`rumjax.models.text_classifier.
+  build_text_classifier`); with ``word_vectors`` the embedding starts from them."""
+  init = None
+  if config.word_vectors:
+    init = text_classifier.pretrained_init(lambda: word_vectors(config)[0])
+  return text_classifier.build_text_classifier(
+      config.model.to_dict(), vocab_size=len(data(config).vocab), num_classes=NUM_CLASSES,
+      embedding_init=init)
+
+
+# Mean cross-entropy of the label and accuracy, as (sum, count) pairs.
+loss_and_metrics = metrics.classification_loss_and_metrics

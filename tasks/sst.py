@@ -1,0 +1,351 @@
+"""Sentiment classification on the Stanford Sentiment Treebank (Cheng, Dong, Lapata 2016,
+"Long Short-Term Memory-Networks for Machine Reading", §5.2 and Table 2).
+
+Data: the PTB-format trees ``train.txt`` / ``dev.txt`` / ``test.txt`` through the TFDS
+builder :mod:`tasks.datasets.sst`, read from ``manual_dir`` (default ``../shared/data/sst``
+next to the checkout when it exists) or downloaded. Variants (``granularity``):
+
+* ``"fine"`` (default): 5 classes, 8,544 / 1,101 / 2,210 sentences;
+* ``"binary"``: neutral sentences removed, 0-1 -> negative, 3-4 -> positive: 6,920 / 872 /
+  1,821 sentences.
+
+Labels: **sentence-level only** (the root label of each tree). The builder also holds the
+labels of every phrase (``span_*``), which the tree models of Table 2 train on; they are
+not used here, as the paper's sequence models read whole sentences.
+
+Text: the leaves lower-cased, PTB escapes mapped back (``-LRB-`` -> ``(``, ``-RRB-`` ->
+``)``, ``-LSB-``/``-RSB-``, ``-LCB-``/``-RCB-``, ``\\/`` -> ``/``, ``\\*`` -> ``*``;
+:func:`normalize`). The vocabulary is every word of the training sentences (min count 1)
+plus ``<pad>`` (id 0) and ``<unk>`` (dev/test words not seen in training). A batch is
+``{"inputs": <int32>[B, T], "lengths": <int32>[B], "targets": <int32>[B], "index":
+<int32>[B] (the sentence's line in its file), "mask"}``, padded to the next power of two
+of its longest sentence (``bucket_lengths``; one compilation per bucket).
+
+Models (``config.model``, :mod:`rumjax.models.text_classifier`): ``"lstmn"`` (default: 1
+layer, hidden/memory 168, the paper's "memory size ... 168") or ``"lstm"`` (the LSTM
+baseline, hidden 168; ``--config.model.name=lstm``, any cell with ``--cell``); the sentence
+vector is the masked average of the hidden tape (``pooling="mean"``, for every model; the
+paper states it for the 2-layer model only). ``model.mlp_layers`` None means the paper's
+classifier: a linear softmax layer for 1 layer, a 2-layer ReLU network for
+``model.num_layers=2``; dropout 0.5 before the softmax layer. Embeddings of 300
+dimensions.
+
+Training (§5.2): Adam (0.9, 0.999) at 2e-3, L2 1e-4 (``l2``), batch 5. Metrics:
+``eval_accuracy`` (dev, every epoch and at the end), ``test_accuracy`` (at the end).
+
+Word vectors: ``word_vectors`` is the path of a GloVe/word2vec text file (the paper: 300-d
+GloVe 840B); ``""`` (default) trains the embeddings from scratch (no vector file is
+available here). With a file, the embedding starts from its vectors (other words N(0, 1),
+:func:`rumjax.embeddings.load_word_vectors`) and, "the gradient for words with Glove
+embeddings was scaled by 0.35 in the first epoch", :func:`wrap_optimizer` multiplies the
+*updates* of those rows by 0.35 during the first epoch
+(:func:`rumjax.embeddings.scale_embedding_rows` chained after the optimizer): Adam divides by
+the running RMS of the gradient, so a constant factor on a row's gradient (before Adam)
+leaves its steps unchanged (measured: x0.35 before Adam gives steps x1.00; after Adam,
+exactly x0.35).
+"""
+
+import dataclasses
+import functools
+import math
+import os
+from typing import Any, Iterator, Mapping, Optional
+
+import ml_collections
+import numpy as np
+import optax
+from ml_collections import config_dict
+
+from rumjax import embeddings, metrics
+from rumjax.models import text_classifier
+from tasks import common
+from tasks.data import ShuffledBatches, bucket_length, eval_batches
+from tasks.text import tokenizers
+from tasks.text.vocabulary import Vocabulary
+
+NAME = "sst"
+VARIANTS = ("fine", "binary")
+EVAL_SPLITS = ("dev", "test")
+SPLITS = ("train", "dev", "test")
+MODELS = ("lstm", "lstmn")
+FILES = ("train.txt", "dev.txt", "test.txt")
+NUM_CLASSES = {"fine": 5, "binary": 2}
+LABEL_NAMES = {"fine": ("very negative", "negative", "neutral", "positive", "very positive"),
+               "binary": ("negative", "positive")}
+# Training sentences (the paper's counts; the data's own count is used where it matters).
+NUM_TRAIN = {"fine": 8_544, "binary": 6_920}
+PAD, UNK = "<pad>", "<unk>"
+MIN_BUCKET = 8
+_BUILDER_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
+_PTB_ESCAPES = {"-lrb-": "(", "-rrb-": ")", "-lsb-": "[", "-rsb-": "]", "-lcb-": "{",
+                "-rcb-": "}"}
+
+
+# --------------------------------------------------------------------------- config
+
+
+def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The SST config of §5.2: ``"fine"`` (also ``None``) or ``"binary"``.
+
+  Fields beyond the common ones: ``granularity`` ("fine"|"binary"), ``manual_dir`` (the
+  three tree files; "" = download), ``data_dir`` (the prepared TFDS data; "" = the TFDS
+  default), ``word_vectors`` (a vector file; "" = none), ``bucket_lengths``,
+  ``eval_batch_size``. ``num_steps`` is 10 epochs, ``eval_every`` one epoch.
+  """
+  if variant is not None and variant not in VARIANTS:
+    raise ValueError(f"unknown sst variant {variant!r}; known variants are "
+                     f"{list(VARIANTS)} (or None for fine).")
+  c = common.base_config(NAME, variant)
+  c.granularity = variant or "fine"
+  c.manual_dir = common.shared_data_dir("sst")
+  c.data_dir = ""
+  c.word_vectors = ""
+  c.bucket_lengths = True
+  c.model = common.cell_model_config(
+      "lstmn", cell="lstm", hidden_size=168, embed_dim=300, num_layers=1,
+      attn_size=config_dict.placeholder(int), memory_span=config_dict.placeholder(int),
+      skip_input=False, impl="fast", pooling="mean",
+      mlp_layers=config_dict.placeholder(int), mlp_size=config_dict.placeholder(int),
+      dropout_rate=0.5)
+  c.optimizer = "adam"
+  c.learning_rate = 2e-3
+  c.l2 = 1e-4
+  c.batch_size = 5
+  c.eval_batch_size = 50
+  epoch = math.ceil(NUM_TRAIN[c.granularity] / c.batch_size)   # 1,709 / 1,384 steps
+  c.num_steps = 10 * epoch
+  c.eval_every = c.checkpoint_every = epoch
+  c.log_every = 100
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"),
+                                   batch_size=c.get_ref("eval_batch_size"))
+  c.evals.test = common.eval_entry("test", 0, batch_size=c.get_ref("eval_batch_size"))
+  return c
+
+
+def check_files(config: Mapping[str, Any], names, what: str) -> None:
+  """``ValueError`` (one line) naming the files of ``names`` missing from a non-empty
+  ``config.manual_dir``."""
+  root = os.path.expanduser(config["manual_dir"])
+  if not root:
+    return
+  missing = [os.path.join(root, n) for n in names
+             if not os.path.isfile(os.path.join(root, n))]
+  if missing:
+    raise ValueError(f"config.manual_dir={config['manual_dir']!r} lacks {', '.join(missing)}; "
+                     f"it must hold {what}.")
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+  """Raises ``ValueError`` naming the first bad field (and missing data files)."""
+  common.check_task(config, NAME, VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
+  common.validate_cell_model(config.model)
+  text_classifier.check_model_config(config.model, MODELS)
+  if config["granularity"] not in VARIANTS:
+    raise ValueError(f"config.granularity={config['granularity']!r} must be one of "
+                     f"{list(VARIANTS)}.")
+  if not isinstance(config["bucket_lengths"], bool):
+    raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
+                     "False.")
+  common.check_int(config, "eval_batch_size", 1)
+  if not isinstance(config["word_vectors"], str):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
+  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
+                     "GloVe/word2vec text file (.txt or .txt.gz) or '' (no vectors).")
+  what = "the SST trees train.txt, dev.txt, test.txt (trainDevTestTrees_PTB.zip, trees/)"
+  common.check_data_folders(config, what)
+  check_files(config, FILES, what)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def normalize(token: str) -> str:
+  """An SST leaf as a model token: lower-cased, PTB escapes mapped back
+  (``-LRB-`` -> ``(``, ``\\/`` -> ``/``, ...)."""
+  token = token.lower()
+  return _PTB_ESCAPES.get(token, token).replace("\\/", "/").replace("\\*", "*")
+
+
+def tokenize(text: str) -> list[str]:
+  """A raw sentence as model tokens: :func:`tasks.text.treebank_words` (SST's clitics:
+  ``"it's"`` -> ``it 's``) then :func:`normalize`; e.g. ``"It's tough to watch (but
+  fantastic)"`` -> ``["it", "'s", "tough", "to", "watch", "(", "but", "fantastic", ")"]``."""
+  return [normalize(t) for t in tokenizers.treebank_words(text)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+  """The encoded sentences of one granularity.
+
+  Attributes:
+    vocab: the :class:`tasks.text.Vocabulary` of the training sentences.
+    splits: ``{split: {"inputs": <int32>[N, T_max], "lengths", "targets", "index"}}``.
+  """
+  vocab: Vocabulary
+  splits: dict
+
+  def size(self, split: str) -> int:
+    return len(self.splits[split]["targets"])
+
+
+def one_line(err: Exception) -> str:
+  """A (multi-line) error message as one line."""
+  return " ".join(str(err).split())
+
+
+def encode(examples: Mapping[str, list], vocab: Optional[Vocabulary] = None) -> Data:
+  """Token ids of every split, padded to the longest sentence of all splits (so dev and
+  test batches share their bucket shapes); the vocabulary from ``examples["train"]``
+  unless given."""
+  tokens = {s: [[normalize(t) for t in ex["tokens"]] for ex in examples[s]] for s in SPLITS}
+  if vocab is None:
+    vocab = Vocabulary.build(tokens["train"], pad=PAD, unk=UNK, bos=None, eos=None)
+  width = max(1, max(len(t) for ts in tokens.values() for t in ts))  # one cap: shared shapes
+  splits = {}
+  for split in SPLITS:
+    exs = examples[split]
+    lengths = np.asarray([len(t) for t in tokens[split]], np.int32)
+    inputs = np.zeros((len(exs), width), np.int32)
+    for i, words in enumerate(tokens[split]):
+      inputs[i, :len(words)] = vocab.encode(words)
+    splits[split] = {"inputs": inputs, "lengths": lengths,
+                     "targets": np.asarray([ex["label"] for ex in exs], np.int32),
+                     "index": np.asarray([ex["index"] for ex in exs], np.int32)}
+    for v in splits[split].values():
+      v.flags.writeable = False
+  return Data(vocab, splits)
+
+
+@functools.lru_cache(maxsize=4)
+def _data(granularity: str, manual_dir: str, data_dir: str) -> Data:
+  from tasks.datasets import sst as sst_data  # imports TFDS: only when data is needed
+  try:
+    raw = sst_data.load_splits(os.path.expanduser(manual_dir) if manual_dir else "",
+                               os.path.expanduser(data_dir) if data_dir else "")
+  except FileNotFoundError as err:
+    raise ValueError(one_line(err)) from None
+  examples = {s: raw[b] for s, b in _BUILDER_SPLIT.items()}
+  if granularity == "binary":
+    examples = {s: sst_data.binary_examples(v) for s, v in examples.items()}
+  return encode(examples)
+
+
+def data(config) -> Data:
+  """The encoded data of ``config`` (prepared and loaded once per process)."""
+  return _data(config["granularity"], config["manual_dir"], config["data_dir"])
+
+
+def batch_maker(arrays: Mapping[str, np.ndarray], bucket: bool):
+  """``idx -> batch``: rows ``idx``, cut to the power-of-two bucket of their longest
+  sentence (at least 8 tokens) when ``bucket``."""
+
+  def make(idx):
+    batch = {k: v[idx] for k, v in arrays.items()}
+    cap = batch["inputs"].shape[1]
+    size = bucket_length(batch["lengths"].max(), MIN_BUCKET, cap) if bucket else cap
+    batch["inputs"] = np.ascontiguousarray(batch["inputs"][:, :size])
+    return batch
+
+  return make
+
+
+def train_data(config, *, process_index: int = 0,
+               process_count: int = 1) -> ShuffledBatches:
+  """Endless shuffled batches of the training sentences (module docstring); deterministic
+  in ``(seed, step)`` and resumable (:class:`tasks.data.ShuffledBatches`)."""
+  d = data(config)
+  return ShuffledBatches(d.size("train"), batch_maker(d.splits["train"], config.bucket_lengths),
+                         seed=config.seed, batch_size=config.batch_size,
+                         process_index=process_index, process_count=process_count)
+
+
+def eval_data(config, split: str, *, process_index: int = 0,
+              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """The ``"dev"`` or ``"test"`` sentences in file order, every one exactly once (padded
+  rows of the last batch have mask 0)."""
+  if split not in EVAL_SPLITS:
+    raise ValueError(f"unknown sst split {split!r}; known splits are {list(EVAL_SPLITS)}.")
+  d = data(config)
+  return eval_batches(d.size(split), batch_maker(d.splits[split], config.bucket_lengths),
+                      batch_size=config.batch_size, process_index=process_index,
+                      process_count=process_count)
+
+
+def sentence_batch(config, text: str, hypothesis: Optional[str] = None
+                   ) -> tuple[list[str], dict[str, np.ndarray]]:
+  """``(tokens, batch)`` of one raw sentence (:func:`tokenize`; words not in the
+  vocabulary are ``<unk>``), e.g. for :func:`rumjax.models.text_classifier.intra_attention`.
+  ``hypothesis`` must be None (SST reads one sentence; the argument mirrors
+  :func:`tasks.snli.sentence_batch`)."""
+  if hypothesis is not None:
+    raise ValueError("sst reads one sentence; a hypothesis is for snli.")
+  tokens = tokenize(text)
+  if not tokens:
+    raise ValueError(f"the sentence {text!r} has no tokens.")
+  ids = data(config).vocab.encode(tokens)
+  return tokens, {"inputs": ids[None], "lengths": np.asarray([len(ids)], np.int32)}
+
+
+def to_text(config, batch, row: int = 0) -> str:
+  """A batch row as ``"words -> label"``."""
+  d = data(config)
+  n = int(batch["lengths"][row])
+  words = d.vocab.to_text(batch["inputs"][row][:n])
+  return f"{words} -> {LABEL_NAMES[config.granularity][int(batch['targets'][row])]}"
+
+
+# ----------------------------------------------------------------------- word vectors
+
+
+@functools.lru_cache(maxsize=2)
+def _vectors(path, granularity, manual_dir, data_dir, dim, seed):
+  tokens = _data(granularity, manual_dir, data_dir).vocab.tokens
+  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
+
+
+def word_vectors(config) -> tuple[np.ndarray, np.ndarray]:
+  """``(matrix <float32>[V, embed_dim], pretrained <bool>[V])`` of ``config.word_vectors``
+  for the vocabulary (loaded once per process; OOV rows N(0, 1) drawn from ``seed``)."""
+  return _vectors(os.path.expanduser(config.word_vectors), config.granularity,
+                  config.manual_dir, config.data_dir, config.model.embed_dim, config.seed)
+
+
+def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """With ``word_vectors``: the updates of the pre-trained rows x0.35 in the first epoch
+  (§5.2), chained after the optimizer (module docstring); else ``tx`` unchanged."""
+  if not config.word_vectors:
+    return tx
+  _, pretrained = word_vectors(config)
+  first_epoch = embeddings.steps_per_epoch(data(config).size("train"), config.batch_size)
+  return optax.chain(tx, embeddings.scale_embedding_rows(
+      "embed/embedding", embeddings.sst_row_scale(pretrained), until_step=first_epoch))
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def model_config(config) -> dict:
+  """``config.model`` as a dict with ``mlp_layers`` None resolved: 0 (a linear softmax
+  layer) for 1 layer, 2 (the paper's "2-layer neural network classifier with ReLU") for
+  more."""
+  model = config.model.to_dict()
+  if model["mlp_layers"] is None:
+    model["mlp_layers"] = 0 if model["num_layers"] == 1 else 2
+  return model
+
+
+def build_model(config):
+  """The classifier of ``config.model`` (:func:`rumjax.models.text_classifier.
+  build_text_classifier`); with ``word_vectors`` the embedding starts from them."""
+  init = None
+  if config.word_vectors:
+    init = text_classifier.pretrained_init(lambda: word_vectors(config)[0])
+  return text_classifier.build_text_classifier(
+      model_config(config), vocab_size=len(data(config).vocab),
+      num_classes=NUM_CLASSES[config.granularity], embedding_init=init)
+
+
+# Mean cross-entropy of the sentence label and accuracy, as (sum, count) pairs.
+loss_and_metrics = metrics.classification_loss_and_metrics
