@@ -179,3 +179,11 @@ def test_lstmn_core_carries_its_state_across_windows(corpus):
   hs, _ = stack(second["inputs"], carried)
   want = hs @ p["head"]["kernel"] + p["head"]["bias"]
   np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lstmn_core_trains_through_the_loop(corpus, tmp_path):
+  """The loop donates the carried state: the LSTMN's initial carry holds distinct buffers."""
+  c = _config(corpus, level="word", num_steps=2, eval_every=0)
+  c.model.update(core="lstmn", num_layers=2)
+  summary = training.train_and_evaluate(c, str(tmp_path), ptb)
+  assert summary["step"] == 2 and np.isfinite(summary["eval_ppl"])

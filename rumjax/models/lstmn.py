@@ -168,8 +168,10 @@ class LSTMNCore(nn.Module):
   def initialize_carry(self, rng, input_shape):
     """Zeros ``((h, c),) * num_layers``, each <float32>[batch, features]."""
     del rng
-    zeros = jnp.zeros(tuple(input_shape[:-1]) + (self.features,), jnp.float32)
-    return tuple((zeros, zeros) for _ in range(self.num_layers))
+    shape = tuple(input_shape[:-1]) + (self.features,)
+    # Distinct arrays: the loop donates the carried state, and a buffer may be donated once.
+    return tuple((jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+                 for _ in range(self.num_layers))
 
   @nn.compact
   def __call__(self, xs: Array, initial_carry=None, return_carry: bool = False):
