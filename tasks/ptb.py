@@ -134,8 +134,11 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   clip 1.0; FS variants follow Table 6 (180 epochs at 2e-3, 60 at 1e-4, 120 at 1e-5), the
   others 100 epochs at 2e-3. Word variants (LSTMN paper §5.1, Table 1): ``word_lstm300``
   (LSTM 300, the baseline), ``word_lstmn1`` / ``word_lstmn3`` (LSTMN 300, 1 / 3 layers),
-  embedding 150, output dropout 0.5 (ours: the paper gives none), batch 40, windows of 35, SGD 0.65, clip 5, the rate multiplied by 0.85 after every
-  epoch's validation that does not improve the perplexity (``lr_plateau_*`` fields; "no
+  embedding 150, output dropout 0.5 (ours: the paper gives none), batch 40, windows of 35,
+  SGD 0.65 with gradients renormalised above norm 5 for the loss summed over a window's 35
+  steps, i.e. ``learning_rate = 0.65 * seq_len`` and ``grad_clip = 5 / seq_len`` for our
+  per-token mean loss (the same updates), the rate multiplied by 0.85 after every epoch's
+  validation that does not improve the perplexity (``lr_plateau_*`` fields; "no
   significant improvement" in the paper, read here as any increase or tie: set
   ``lr_plateau_min_delta`` for a threshold).
 
@@ -171,7 +174,12 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
     during = 0
   else:
     c.batch_size, c.seq_len = 40, 35
-    c.optimizer, c.learning_rate, c.grad_clip = "sgd", 0.65, 5.0
+    # The paper's SGD rate 0.65 and clip norm 5 act on the gradient of the loss SUMMED over
+    # the window's time steps (and averaged over the batch), as in the Torch LM code of the
+    # time (Zaremba et al.); ours is the mean per token, 1/seq_len of that. The same
+    # updates: rate x seq_len, clip norm / seq_len (exact for SGD with clipping).
+    c.optimizer = "sgd"
+    c.learning_rate, c.grad_clip = 0.65 * c.seq_len, 5.0 / c.seq_len
     c.lr_plateau_factor, c.lr_plateau_metric = 0.85, "eval_ppl"
     epoch = steps_per_epoch("word", c.batch_size, c.seq_len)
     c.num_steps = 40 * epoch

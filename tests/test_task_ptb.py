@@ -64,8 +64,10 @@ def test_every_variant_validates(variant):
     else:
       assert c.num_steps == 100 * epoch and not c.lr_boundaries
   elif variant in ptb.WORD_VARIANTS:
-    assert (c.batch_size, c.seq_len, c.optimizer, c.learning_rate, c.grad_clip) == (
-        40, 35, "sgd", 0.65, 5.0)
+    # The paper's 0.65 / 5 are for the loss summed over the window: ours is the mean.
+    assert (c.batch_size, c.seq_len, c.optimizer) == (40, 35, "sgd")
+    assert c.learning_rate == pytest.approx(0.65 * 35)
+    assert c.grad_clip == pytest.approx(5.0 / 35)
     assert (c.lr_plateau_factor, c.lr_plateau_metric) == (0.85, "eval_ppl")
     assert c.model.embed_dim == 150 and c.model.hidden_size == 300
 
