@@ -1,6 +1,11 @@
 r"""Trains one bAbI model per sub-task with early stopping on dev; prints Table 2's mean.
 
-    python -m launch.babi_all --workdir=/tmp/babi --cell=rum --lam=0 --level=word
+    python -m launch.babi_all --workdir=/tmp/babi_rum --cell=rum --lam=0 --level=word
+    python -m launch.babi_all --workdir=/tmp/babi_lstm --cell=lstm --level=word
+    python -m launch.babi_all --compare=/tmp/babi_rum,/tmp/babi_lstm \
+        --compare_out=/tmp/babi_comparison.md
+    python -m launch.babi_all --workdir=/tmp/babi --cells=rum,lstm --tasks=1,3 \
+        --max_steps=50      # both models, one after the other per sub-task, + comparison
     python -m launch.babi_all --workdir=/tmp/babi_s --level=sentence --attention --lam=1 \
         --tasks=1,2,6 --budget_minutes=5
 
@@ -11,15 +16,23 @@ evaluated every ``--eval_every`` steps (default one epoch); when the dev accurac
 the checkpoint is kept in ``<workdir>/qa<k>/best/checkpoints/<step>`` (usable as
 ``--config.init_from``, with ``launch.evaluate --best`` or ``rumjax.training.restore_params``)
 and the test accuracy at that step is what is reported. A sub-task stops after
-``--patience`` evaluations without improvement, at ``--max_steps``, or at
-``--budget_minutes`` of wall-clock time. Re-running with the same ``--workdir`` resumes
-(``early_stopping.json`` per sub-task); a finished sub-task is not run again.
+``--patience`` evaluations without improvement, at ``--max_steps``, or when it has used
+``--budget_minutes`` of wall-clock time (over all invocations).
+
+Resuming: re-running with the same ``--workdir`` skips the sub-tasks that finished (or
+used up their budget) and continues an interrupted one from its latest checkpoint (one
+per evaluation; SIGTERM saves one and ends the run).
+
+Data: a sub-task whose ``--version`` files are missing (here: en-10k qa3 train) trains on
+``--fallback_version`` (default ``en``, the 1k version; its row says "(1k)"); ``none``
+lists it as missing and leaves it out of the mean.
 
 Output: a per-task table (best dev accuracy, its test accuracy, steps, wall time) next to
-the paper's per-task RUM numbers (ICLR-workshop version, Table 4: word level, ``lam=0``,
-hidden 256), the mean over the sub-tasks run (Table 2's "averaged over the 20 tasks"), and
-``<workdir>/results.json`` (rewritten after every sub-task). A sub-task whose files are
-missing (here: en-10k qa3 train) is listed as missing and left out of the mean.
+the paper's per-task RUM numbers (ICLR-workshop version, Table 4), the mean over the
+sub-tasks run, and ``<workdir>/results.json`` (rewritten after every sub-task).
+``--compare=DIR,DIR`` (or ``--cells``) writes ONE Markdown table of several runs: ours
+and the paper's per-task numbers per model, steps, wall time, the mean and the passed
+(>= 95%) sub-tasks (:func:`tasks.configs.babi.comparison_markdown`).
 """
 
 import os
@@ -33,23 +46,27 @@ from tasks.configs import babi as babi_configs
 
 def define_flags() -> None:
   """The command-line flags (defined only when run as a script)."""
-  flags.DEFINE_string("workdir", None, "Root folder; sub-task k trains in <workdir>/qa<k>.",
-                      required=True)
+  flags.DEFINE_string("workdir", None, "Root folder; sub-task k trains in <workdir>/qa<k> "
+                      "(with --cells: <workdir>/<cell>/qa<k>).")
   flags.DEFINE_list("tasks", [str(k) for k in range(1, 21)], "Sub-tasks to train (1..20).")
   flags.DEFINE_enum("version", "en-10k", ["en-10k", "en"], "bAbI data version.")
+  flags.DEFINE_enum("fallback_version", "en", ["en", "en-10k", "none"], "Data version of "
+                    "a sub-task whose --version files are missing ('none': skip it).")
   flags.DEFINE_string("cell", "rum", "Recurrent cell by name.")
+  flags.DEFINE_list("cells", [], "Several cells, each in <workdir>/<cell> with the same "
+                    "settings, sub-task by sub-task; then <workdir>/comparison.md.")
   flags.DEFINE_integer("lam", 0, "RUM associative memory (0 or 1).")
   flags.DEFINE_integer("hidden_size", 256, "Hidden size of the cell.")
   flags.DEFINE_enum("level", "word", ["word", "sentence"], "Word or sentence level.")
   flags.DEFINE_bool("attention", False, "Dot-product attention (sentence level).")
   flags.DEFINE_integer("max_steps", None, "Steps per sub-task at most (config.num_steps; "
                        "default 20 epochs).")
-  flags.DEFINE_integer("eval_every", None, "Steps between dev/test evaluations (default: "
-                       "one epoch).")
+  flags.DEFINE_integer("eval_every", None, "Steps between dev/test evaluations and "
+                       "checkpoints (default: one epoch).")
   flags.DEFINE_integer("patience", 5, "Evaluations without a better dev accuracy before "
                        "stopping.")
-  flags.DEFINE_float("budget_minutes", None, "Wall-clock budget per sub-task and "
-                     "invocation in minutes (default: none).")
+  flags.DEFINE_float("budget_minutes", None, "Wall-clock budget per sub-task in minutes, "
+                     "over all invocations (default: none).")
   flags.DEFINE_integer("seed", 0, "Random seed.")
   flags.DEFINE_string("manual_dir", None, "Folder with the bAbI files (archive layout); "
                       "default: the task's (../shared/data/babi if present).")
@@ -57,17 +74,41 @@ def define_flags() -> None:
   flags.DEFINE_string("results", None, "Results JSON; default <workdir>/results.json.")
   flags.DEFINE_multi_string("set", [], "More config overrides, FIELD=VALUE with a dotted "
                             "field, e.g. --set=model.embed_dim=32; repeatable.")
+  flags.DEFINE_list("compare", [], "Only write the comparison table of these runs "
+                    "(workdirs or results JSONs), e.g. --compare=/tmp/rum,/tmp/lstm.")
+  flags.DEFINE_string("compare_out", None, "The comparison's Markdown file; default "
+                      "comparison.md in --workdir, else next to the first --compare run.")
 
 
-def settings_from_flags(values) -> babi_configs.Settings:
+def settings_from_flags(values, cell=None) -> babi_configs.Settings:
   return babi_configs.Settings(
       version=values.version, level=values.level, attention=values.attention,
-      cell=values.cell, lam=values.lam, hidden_size=values.hidden_size, seed=values.seed,
-      manual_dir=values.manual_dir,
+      cell=cell or values.cell, lam=values.lam, hidden_size=values.hidden_size,
+      seed=values.seed, manual_dir=values.manual_dir,
       data_dir=values.data_dir or os.path.join(values.workdir, "tfds"),
       eval_every=values.eval_every, max_steps=values.max_steps, patience=values.patience,
       budget_minutes=values.budget_minutes,
-      sets=experiments.parse_overrides(values.set))
+      fallback_version=None if values.fallback_version == "none" else
+      values.fallback_version, sets=experiments.parse_overrides(values.set))
+
+
+def compare(paths, out_path) -> None:
+  print(babi_configs.write_comparison(paths, out_path))
+  print(f"comparison: {out_path}")
+
+
+def run_cells(FLAGS, task_ids) -> None:
+  """Every cell of ``--cells`` on each sub-task in turn, then the comparison."""
+  dirs = [os.path.join(FLAGS.workdir, c) for c in FLAGS.cells]
+  settings = [settings_from_flags(FLAGS, c) for c in FLAGS.cells]
+  for s in settings:
+    babi_configs.check_settings(task_ids, s)
+  for k in task_ids:
+    for s, d in zip(settings, dirs):
+      out = babi_configs.run_subtasks([k], d, s)
+      if out["tasks"][str(k)].get("stop_reason") == "preempted":
+        return
+  compare(dirs, FLAGS.compare_out or os.path.join(FLAGS.workdir, "comparison.md"))
 
 
 def main(argv):
@@ -75,12 +116,22 @@ def main(argv):
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
   try:
-    settings = settings_from_flags(FLAGS)
+    if FLAGS.compare:
+      out = FLAGS.compare_out or os.path.join(
+          FLAGS.workdir or os.path.dirname(os.path.abspath(FLAGS.compare[0])),
+          "comparison.md")
+      return compare(FLAGS.compare, out)
+    if not FLAGS.workdir:
+      raise ValueError("--workdir is required (unless --compare).")
     task_ids = sorted({int(t) for t in FLAGS.tasks})
+    if FLAGS.cells:
+      return run_cells(FLAGS, task_ids)
+    settings = settings_from_flags(FLAGS)
     out = babi_configs.run_subtasks(task_ids, FLAGS.workdir, settings, FLAGS.results)
   except ValueError as err:
     sys.exit(f"error: {err}")
-  print(babi_configs.format_table(out["tasks"], settings.header(), settings.paper_mean()))
+  print(babi_configs.format_table(out["tasks"], settings.header(), settings.paper_mean(),
+                                  settings.version))
   print(f"results: {FLAGS.results or os.path.join(FLAGS.workdir, 'results.json')}")
 
 

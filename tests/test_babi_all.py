@@ -1,8 +1,10 @@
 """``launch.babi_all`` (:mod:`tasks.configs.babi` on :mod:`rumjax.experiments`) on the tiny
 bAbI fixture of ``tests/test_task_babi.py``: one loop invocation per sub-task that stops
 early by patience and keeps the best checkpoint, the test accuracy at the best dev step,
-a missing sub-task, resuming, the wall-clock budget, and the table."""
+a missing sub-task, the fallback to the 1k version, resuming, the wall-clock budget, the
+table, the comparison of two runs and the paper's per-task numbers."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -64,6 +66,7 @@ def test_early_stopping_by_patience_keeps_the_best(run, settings):
 def test_results_and_table(run, settings):
   workdir, out = run
   error = out["tasks"]["2"]["error"]
+  assert out["tasks"]["2"]["version"] == "en-10k"  # no en (1k) files either
   assert "missing file(s)" in error and "qa2_two-supporting-facts_train.txt" in error
   assert out["mean_test_accuracy"] == out["tasks"]["1"]["test_accuracy"]
   assert out["paper_table2_mean"] == 73.2 and out["settings"]["patience"] == 2
@@ -82,6 +85,7 @@ def test_resume_does_not_train_again(run, settings):
   lines = len(utils.read_jsonl(metrics))
   again = babi_configs.run_subtasks([1], workdir, settings)
   assert again["tasks"]["1"] == out["tasks"]["1"]
+  assert again["tasks"]["2"] == out["tasks"]["2"]  # rows of the same settings are kept
   assert len(utils.read_jsonl(metrics)) == lines
   record = utils.read_json(os.path.join(workdir, "qa1", "result.json"))
   assert len(record["invocations"]) == 1
@@ -92,6 +96,10 @@ def test_budget(settings, tmp_path):
                                    "patience": 100})
   row = babi_configs.run_subtasks([1], str(tmp_path), tight)["tasks"]["1"]
   assert row["stop_reason"] == "budget" and row["steps"] == 1 and row["best_step"] == 1
+  # The budget is per sub-task over all invocations: used up, it is not run again.
+  assert babi_configs.run_subtasks([1], str(tmp_path), tight)["tasks"]["1"] == row
+  record = utils.read_json(os.path.join(tmp_path, "qa1", "result.json"))
+  assert len(record["invocations"]) == 1
   with pytest.raises(ValueError, match="patience=0"):
     babi_configs.run_subtasks([1], str(tmp_path), babi_configs.Settings(patience=0))
   with pytest.raises(ValueError, match=r"sub-tasks \[21\]"):
@@ -108,6 +116,7 @@ def test_paper_numbers():
   assert config.model.name == "sentence_qa" and config.model.attention
   assert (config.babi_task, config.model.lam, config.eval_every) == (4, 1, 282)
   assert config.num_steps == 20 * 282 and config.evals.test.every == 282
+  assert config.checkpoint_every == 282  # an interrupted sub-task resumes from there
 
 
 def test_command_line_error(tmp_path):
@@ -116,3 +125,122 @@ def test_command_line_error(tmp_path):
       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
       text=True, timeout=300)
   assert proc.returncode != 0 and "sub-tasks [0] are not in 1..20" in proc.stderr
+
+
+# ---------------------------------------------------------- fallback to the 1k version
+
+
+def test_fallback_to_1k_for_a_missing_train_file(settings, tmp_path):
+  # en-10k qa1 has its test file only (as qa3 here); en (1k) qa1 is complete.
+  manual = _write_fixture(tmp_path / "manual", train=None)
+  _write_fixture(tmp_path / "manual", version="en")
+  # No evaluation before the end (eval_every > max_steps): the final one counts.
+  fallback = dataclasses.replace(settings, manual_dir=manual,
+                                 data_dir=str(tmp_path / "tfds"), max_steps=3, eval_every=5)
+  assert babi_configs.data_version(1, fallback) == "en"
+  assert babi_configs.subtask_config(1, fallback).version == "en"
+  off = dataclasses.replace(fallback, fallback_version=None)
+  assert babi_configs.data_version(1, off) == "en-10k"
+  assert babi_configs.data_version(2, fallback) == "en-10k"  # no en files either
+  out = babi_configs.run_subtasks([1, 2], str(tmp_path / "run"), fallback)
+  row = out["tasks"]["1"]
+  assert row["version"] == "en" and row["steps"] == row["best_step"] == 3
+  assert row["test_accuracy"] is not None and row["stop_reason"] == "ok"
+  best = os.path.join(tmp_path, "run", "qa1", "best", "checkpoints")
+  assert os.listdir(best) == ["3"]
+  assert "missing file(s)" in out["tasks"]["2"]["error"]
+  table = babi_configs.format_table(out["tasks"], fallback.header())
+  assert "1 Single Supporting Fact (1k)" in table and "2 Two Supporting Facts" in table
+  assert "missing data" in table
+  # Without the fallback the sub-task is missing (nothing trains).
+  off_out = babi_configs.run_subtasks([1], str(tmp_path / "off"), off)
+  assert "qa1_single-supporting-fact_train.txt" in off_out["tasks"]["1"]["error"]
+  assert off_out["mean_test_accuracy"] is None
+  with pytest.raises(ValueError, match="fallback_version='en-1k'"):
+    babi_configs.run_subtasks([1], str(tmp_path), dataclasses.replace(
+        settings, fallback_version="en-1k"))
+
+
+# ------------------------------------------------------------------- the comparison
+
+
+def _fake_run(cell, rows, **settings):
+  """A results JSON of :func:`tasks.configs.babi.run_subtasks` with ``rows``
+  ``{k: (test accuracy, steps, minutes)}`` (``None``: missing data)."""
+  tasks = {}
+  for k, r in rows.items():
+    version = "en" if k == 3 else "en-10k"
+    if r is None:
+      tasks[str(k)] = {"version": version, "error": "missing file(s) [...]"}
+      continue
+    acc, steps, minutes = r
+    tasks[str(k)] = {"version": version, "best_dev_accuracy": acc, "test_accuracy": acc,
+                     "steps": steps, "max_steps": 5640 if k != 3 else 580,
+                     "eval_every": 282 if k != 3 else 29, "best_step": steps - 5 * 282,
+                     "wall_seconds": 60 * minutes, "steps_per_sec": 4.0,
+                     "stop_reason": "early_stopping" if steps < 5640 else "ok"}
+  config = dataclasses.asdict(babi_configs.Settings(cell=cell, **settings))
+  return {"settings": config, "tasks": tasks, "hardware": {
+      "cpu_model": "Test CPU", "cpu_count": 2, "jax_version": "0"}}
+
+
+def test_comparison_table(tmp_path):
+  rum = _fake_run("rum", {1: (0.97, 3000, 10.0), 2: (0.40, 5640, 20.0),
+                          3: (0.30, 580, 5.0)})
+  lstm = _fake_run("lstm", {1: (0.50, 2000, 5.0), 2: None, 3: (0.20, 400, 2.5)})
+  text = babi_configs.comparison_markdown([rum, lstm])
+  lines = text.splitlines()
+  assert lines[0] == ("| task | RUM λ=0 ours | LSTM ours | RUM λ=0 paper | LSTM paper | "
+                      "RUM λ=0 steps | LSTM steps | RUM λ=0 min | LSTM min |")
+  rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in lines[2:7]}
+  assert rows["1 Single Supporting Fact"] == [
+      "97.0 ✓", "50.0", "79.7", "50", "3000", "2000", "10.0", "5.0 |"]
+  assert rows["2 Two Supporting Facts"] == [
+      "40.0", "missing", "39.4", "20", "5640 (max)", "-", "20.0", "- |"]
+  assert rows["3 Three Supporting Facts (1k)"][:4] == ["30.0", "20.0", "46.6", "20"]
+  # Mean and passed over the sub-tasks both models have (1 and 3), the paper's too.
+  assert rows["**mean over 2 sub-task(s)** (steps, min: total)"] == [
+      "63.5", "35.0", "63.2", "35.0", "3580", "2400", "15.0", "7.5 |"]
+  assert rows["passed (≥ 95%)"][:4] == ["1/2", "0/2", "0/2", "0/2"]
+  assert "The mean and passed rows cover the 2 sub-task(s)" in text
+  assert "missing: the sub-task's data files are not there" in text
+  assert "at most 580 on 1k (dev every 29), 5640 on 10k (dev every 282) steps" in text
+  assert "(1k): the en-10k train file of this sub-task is missing here" in text
+  assert "printed mean 49; TACL Table 2, line 1: 49.2" in text and "56.0" in text
+  assert "no wall-clock limit" in text and "Test CPU" in text
+  # The command line reads the runs' workdirs and writes the same table.
+  for name, run in (("rum", rum), ("lstm", lstm)):
+    os.makedirs(tmp_path / name)
+    utils.write_json(os.path.join(tmp_path, name, "results.json"), run)
+  out = tmp_path / "cmp.md"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.babi_all", f"--compare={tmp_path}/rum,{tmp_path}/lstm",
+       f"--compare_out={out}"], cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+      capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert out.read_text() == text
+
+
+def test_paper_per_task_numbers():
+  columns = (babi_configs.PAPER_RUM_WORD, babi_configs.PAPER_LSTM_WESTON,
+             babi_configs.PAPER_GORU, babi_configs.PAPER_MEMN2N)
+  for column in columns:
+    assert sorted(column) == list(range(1, 21))
+  means = [sum(c.values()) / 20 for c in columns]
+  # Table 4's printed means (73.2, 49, 60, 86) within rounding; GORU's column averages
+  # 60.6 (the paper prints 60; TACL Table 2 has 60.4).
+  assert [round(m, 1) for m in means] == [73.2, 49.2, 60.6, 86.2]
+  for key, mean in zip(("rum", "lstm", "goru", "memn2n"), means):
+    assert abs(mean - babi_configs.PAPER_TABLE4_MEAN[key]) < 1
+  assert babi_configs.TABLE2_LSTM_WESTON_MEAN == 49.2
+  assert babi_configs.paper_mean("word", "lstm", 0, False) == 56.0  # the authors' LSTM
+  # The paper's names, matched against the files' names.
+  from tasks.datasets.babi import TASK_NAMES
+  letters = lambda s: "".join(c for c in s.lower() if c.isalpha())
+  assert sorted(babi_configs.PAPER_TASK_NAMES) == list(range(1, 21))
+  for k, name in babi_configs.PAPER_TASK_NAMES.items():
+    assert letters(TASK_NAMES[k]).startswith(letters(name)), (k, name)
+  assert babi_configs.PAPER_TASK_NAMES[20] == "Agent's Motivations"
+  assert babi_configs.paper_per_task("word", "lstm", 0, False) == "lstm"
+  assert babi_configs.paper_per_task("word", "rum", 1, False) is None
+  assert babi_configs.paper_per_task("sentence", "rum", 0, False) is None
