@@ -287,3 +287,12 @@ def scale_embedding_rows(target: Union[str, Sequence[str], PathPredicate], row_s
     return new, ScaleRowsState(count=optax.safe_int32_increment(state.count))
 
   return optax.GradientTransformation(init_fn, update_fn)
+
+
+def scale_first_epoch(tx: optax.GradientTransformation, row_scale, num_train: int,
+                      batch_size: int, target="embed/embedding") -> optax.GradientTransformation:
+  """``tx`` followed by :func:`scale_embedding_rows` of ``row_scale`` for the first epoch
+  (``steps_per_epoch(num_train, batch_size)`` steps): after the optimizer, so the rows'
+  steps are scaled (see the module docstring); the tasks' ``wrap_optimizer``."""
+  return optax.chain(tx, scale_embedding_rows(
+      target, row_scale, until_step=steps_per_epoch(num_train, batch_size)))

@@ -337,9 +337,8 @@ def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTr
   if not config.word_vectors:
     return tx
   _, pretrained = word_vectors(config)
-  first_epoch = embeddings.steps_per_epoch(data(config).size("train"), config.batch_size)
-  return optax.chain(tx, embeddings.scale_embedding_rows(
-      "embed/embedding", embeddings.snli_row_scale(pretrained), until_step=first_epoch))
+  return embeddings.scale_first_epoch(tx, embeddings.snli_row_scale(pretrained),
+                                      data(config).size("train"), config.batch_size)
 
 
 # ---------------------------------------------------------------------------- model
