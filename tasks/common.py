@@ -62,6 +62,11 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.eval_every = 100
   c.log_every = 50
   c.init_from = ""  # a workdir whose latest checkpoint's params initialise the model
+  # Early stopping (off when the metric is ""): the best checkpoint is kept in
+  # <workdir>/best (rumjax.training.hooks.EarlyStopping; launch.evaluate --best reads it).
+  c.early_stopping_metric = ""
+  c.early_stopping_mode = "max"
+  c.early_stopping_patience = 5
   c.checkpoint_every = 1000
   c.keep_checkpoints = 3
   c.evals = ml_collections.ConfigDict()
@@ -126,6 +131,14 @@ def validate_common(config: Mapping[str, Any], splits=None) -> None:
   check_int(config, "log_every", 0)
   check_int(config, "checkpoint_every", 0)
   check_int(config, "keep_checkpoints", 1)
+  if "early_stopping_metric" in config:
+    if not isinstance(config["early_stopping_metric"], str):
+      raise ValueError(f"config.early_stopping_metric={config['early_stopping_metric']!r} "
+                       "must be a metric name such as 'eval_accuracy', or '' (off).")
+    if config["early_stopping_mode"] not in ("max", "min"):
+      raise ValueError(f"config.early_stopping_mode={config['early_stopping_mode']!r} must "
+                       "be 'max' or 'min'.")
+    check_int(config, "early_stopping_patience", 1)
   evaluators.validate_evals(config["evals"], splits=splits)
 
 

@@ -103,6 +103,22 @@ def test_one_run_compiles_the_train_step_once(tmp_path, monkeypatch):
   assert len(traces) == 2
 
 
+def test_config_fields_ask_for_early_stopping(tmp_path):
+  """``config.early_stopping_metric`` adds the hook (same run as the hook passed by hand);
+  a metric no evaluator reports is a one-line error."""
+  fields = dict(num_steps=100, eval_every=2, checkpoint_every=0,
+                early_stopping_metric="eval_loss", early_stopping_mode="max",
+                early_stopping_patience=2)
+  summary = training.train_and_evaluate(_config(**fields), str(tmp_path / "a"), toy_task)
+  assert summary["stop_reason"] == "early_stopping" and summary["step"] == 6
+  assert summary["best_step"] == 2
+  assert os.path.isdir(os.path.join(str(tmp_path / "a"), "best"))
+  with pytest.raises(ValueError, match=r"config\.early_stopping_metric='dev_accuracy' "
+                                       r"comes from no evaluator"):
+    training.train_and_evaluate(_config(**{**fields, "early_stopping_metric": "dev_accuracy"}),
+                                str(tmp_path / "b"), toy_task)
+
+
 def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeypatch):
   # "max" of the falling toy eval loss never improves after the first evaluation: every
   # later evaluation during training (steps 4, 6, 8; the one at step 10 is the final

@@ -127,3 +127,23 @@ def test_task_predict_fn_reaches_its_evaluator(tmp_path, monkeypatch):
   assert summary["twice_double"] == pytest.approx(2.0)
   records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in records if "twice_double" in r] == [2, 4]
+
+
+def test_init_from_restores_the_shared_parameters_only(tmp_path):
+  """A fine-tuning model initialises from a pretraining run: the parameters the two share
+  (by path) come from the checkpoint, a new head keeps its initialisation, a parameter the
+  model lacks is dropped; a shared path with another shape, or nothing shared, is an error."""
+  training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "pre"), toy_task)
+  _, saved = training.checkpoint.read_params(str(tmp_path / "pre"))
+  assert set(saved["Dense_0"]) == {"kernel", "bias"}
+  model = {"Dense_0": {"kernel": np.zeros_like(saved["Dense_0"]["kernel"])},  # no bias
+           "head": {"bias": np.full((4,), 7.0, np.float32)}}
+  restored = training.restore_params(str(tmp_path / "pre"), model)
+  np.testing.assert_array_equal(restored["Dense_0"]["kernel"], saved["Dense_0"]["kernel"])
+  np.testing.assert_array_equal(restored["head"]["bias"], np.full(4, 7.0))
+  assert "bias" not in restored["Dense_0"]
+  wrong = {"Dense_0": {"kernel": np.zeros((5, 5), np.float32)}}
+  with pytest.raises(ValueError, match="Dense_0/kernel has shape"):
+    training.restore_params(str(tmp_path / "pre"), wrong)
+  with pytest.raises(ValueError, match="none of its parameters"):
+    training.restore_params(str(tmp_path / "pre"), {"unrelated": np.zeros(3, np.float32)})

@@ -5,6 +5,7 @@ from rumjax.training import hooks
 from rumjax.training.checkpoint import Checkpointer, restore_params
 from rumjax.training.hooks import EarlyStopping, Periodic, TimeBudget
 from rumjax.training.loop import (NonFiniteError, count_model_params, evaluate_checkpoint,
+                                  predict_checkpoint,
                                   make_evaluators, predict_fns, train_and_evaluate,
                                   train_step)
 from rumjax.training.optim import make_optimizer, make_schedule
@@ -13,5 +14,5 @@ from rumjax.training.state import TrainState
 
 __all__ = ["Checkpointer", "EarlyStopping", "NonFiniteError", "Periodic", "TimeBudget",
            "TrainState", "count_model_params", "evaluate_checkpoint", "hooks", "make_evaluators", "make_mesh",
-           "make_optimizer", "make_schedule", "predict_fns", "replicate", "restore_params",
+           "make_optimizer", "make_schedule", "predict_checkpoint", "predict_fns", "replicate", "restore_params",
            "shard_batch", "train_and_evaluate", "train_step"]

@@ -137,20 +137,48 @@ def read_params(workdir: str, step: Optional[int] = None) -> tuple[int, Any]:
   return step, jax.tree.map(np.asarray, params)
 
 
-def restore_params(checkpoint_dir: str, abstract_params, step: Optional[int] = None):
-  """The parameters alone from another run's checkpoints (e.g. pretraining), for
-  initialising a model; ``checkpoint_dir`` is a workdir or its ``checkpoints`` folder.
+def _path_name(path) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
 
-  Read as host arrays (:func:`read_params`), so any saving topology works; the structure
-  must match the model.
+
+def restore_params(checkpoint_dir: str, abstract_params, step: Optional[int] = None):
+  """The parameters from another run's checkpoint (e.g. pretraining), for initialising a
+  model; ``checkpoint_dir`` is a workdir or its ``checkpoints`` folder.
+
+  Every parameter of ``abstract_params`` whose path (e.g. ``encoder/layer_0/U``) is also
+  in the checkpoint takes the checkpoint's value; the others keep their value from
+  ``abstract_params`` (a fine-tuning head on a pretrained encoder), and checkpoint
+  parameters the model lacks (a pretraining head) are left out. Both lists are logged.
+  Read as host arrays (:func:`read_params`), so any saving topology works.
+
+  Raises:
+    ValueError: no checkpoint there, a shared path whose shape differs, or no shared
+      path at all (one line each).
   """
   try:
     _, params = read_params(checkpoint_dir, step)
   except ValueError as err:
     raise ValueError(f"cannot initialise from {checkpoint_dir!r}: {err}") from None
-  try:
-    return jax.tree.map(lambda ref, x: jax.numpy.asarray(x, ref.dtype), abstract_params,
-                        params)
-  except ValueError as err:
-    raise ValueError(f"the parameters in {checkpoint_dir} do not match this model: "
-                     f"{err}") from err
+  saved = {_path_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract_params)
+  restored, kept = [], []
+  for path, ref in leaves:
+    name = _path_name(path)
+    if name not in saved:
+      kept.append(name)
+      restored.append(ref)
+      continue
+    value = saved.pop(name)
+    if tuple(value.shape) != tuple(ref.shape):
+      raise ValueError(f"cannot initialise from {checkpoint_dir!r}: parameter {name} has "
+                       f"shape {tuple(value.shape)} there but {tuple(ref.shape)} in this "
+                       "model; use the same model sizes (and vocabulary) as that run.")
+    restored.append(jax.numpy.asarray(value, ref.dtype))
+  if len(kept) == len(leaves):
+    raise ValueError(f"cannot initialise from {checkpoint_dir!r}: none of its parameters "
+                     f"({sorted(saved)[:5]}...) is a parameter of this model; is it a run "
+                     "of the same model?")
+  logging.info("init_from %s: %d of %d parameter arrays restored; kept at initialisation: "
+               "%s; in the checkpoint but not in this model: %s", checkpoint_dir,
+               len(leaves) - len(kept), len(leaves), kept or "none", sorted(saved) or "none")
+  return jax.tree_util.tree_unflatten(treedef, restored)

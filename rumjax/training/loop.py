@@ -256,16 +256,26 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
   return record, state
 
 
+def _check_metric(field: str, metric: str, evals) -> None:
+  if not any(metric.startswith(ev.name + "_") for ev in evals):
+    raise ValueError(f"config.{field}={metric!r} comes from no evaluator; "
+                     f"config.evals has {[ev.name for ev in evals]} (e.g. 'eval_accuracy').")
+
+
 def _config_hooks(config, evals) -> list:
   """The hooks the config itself asks for: :class:`hooks.LearningRateOnPlateau` when
-  ``lr_plateau_factor < 1`` (its metric must come from one of ``evals``)."""
-  if config.get("lr_plateau_factor", 1.0) >= 1:
-    return []
-  metric = config.lr_plateau_metric
-  if not any(metric.startswith(ev.name + "_") for ev in evals):
-    raise ValueError(f"config.lr_plateau_metric={metric!r} comes from no evaluator; "
-                     f"config.evals has {[ev.name for ev in evals]} (e.g. 'eval_ppl').")
-  return [hooks_lib.LearningRateOnPlateau(config)]
+  ``lr_plateau_factor < 1``, :class:`hooks.EarlyStopping` when ``early_stopping_metric``
+  is set (each metric must come from one of ``evals``)."""
+  out = []
+  if config.get("lr_plateau_factor", 1.0) < 1:
+    _check_metric("lr_plateau_metric", config.lr_plateau_metric, evals)
+    out.append(hooks_lib.LearningRateOnPlateau(config))
+  if config.get("early_stopping_metric"):
+    _check_metric("early_stopping_metric", config.early_stopping_metric, evals)
+    out.append(hooks_lib.EarlyStopping(config.early_stopping_metric,
+                                       mode=config.early_stopping_mode,
+                                       patience=config.early_stopping_patience))
+  return out
 
 
 def _restore(config, task, model, tx, mesh, workdir):
@@ -391,23 +401,9 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
   return summary
 
 
-def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = None,
-                        names: Optional[Sequence[str]] = None) -> dict:
-  """Runs the evaluators of ``config.evals`` (all of them, or ``names``) on a checkpoint.
-
-  Args:
-    config: the task config the checkpoint was trained with.
-    workdir: a training workdir, or the ``best`` folder an :class:`EarlyStopping` hook
-      keeps in it.
-    task: the task module.
-    step: the checkpoint step (default: the latest one).
-    names: the evaluators to run (keys of ``config.evals``; default: all).
-
-  Returns:
-    ``{"step": step, **metrics}``. Nothing is written to ``workdir``.
-  """
-  mesh = sharding_lib.make_mesh()
-  model = task.build_model(config)
+def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int]):
+  """``(state, step)`` of a checkpoint of ``workdir`` placed on ``mesh``; one-line
+  ``ValueError`` when there is none."""
   tx = make_optimizer(config, task)
   directory = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(directory):
@@ -425,7 +421,61 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
     raise ValueError(f"no loadable checkpoint{'' if step is None else f' at step {step}'} "
                      f"in {directory}.")
   state, _, at = restored
-  state = _place(state, mesh)
+  return _place(state, mesh), int(at)
+
+
+def predict_checkpoint(config, workdir: str, task, split: str, *,
+                       step: Optional[int] = None, pred: str = "predict"):
+  """Runs the predict function ``pred`` of a checkpoint over a split (e.g. to write a
+  benchmark's submission file from the unlabelled test split).
+
+  Args:
+    config, workdir, task, step: as :func:`evaluate_checkpoint`.
+    split: a split of ``task.eval_data``.
+    pred: a name of :func:`predict_fns` (``"predict"``: the model's outputs).
+
+  Returns:
+    ``(step, rows)``: ``rows`` is a list of ``(batch, outputs)`` pairs of host NumPy
+    trees, one per batch of this process, in the data's order (padded rows, mask 0,
+    included: the caller drops them).
+  """
+  mesh = sharding_lib.make_mesh()
+  model = task.build_model(config)
+  state, at = _load_checkpoint(config, workdir, task, model, mesh, step)
+  fns = predict_fns(config, task, model)
+  if pred not in fns:
+    raise ValueError(f"pred={pred!r} is not a predict function of this task; known: "
+                     f"{sorted(fns)}.")
+  model_state = None
+  if hasattr(task, "initial_model_state"):
+    model_state = task.initial_model_state(config, config.batch_size)
+  rows = []
+  for batch in task.eval_data(config, split, process_index=jax.process_index(),
+                              process_count=jax.process_count()):
+    outputs, model_state = fns[pred](state.params, sharding_lib.shard_batch(batch, mesh),
+                                     model_state)
+    rows.append((batch, jax.tree.map(np.asarray, jax.device_get(outputs))))
+  return at, rows
+
+
+def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = None,
+                        names: Optional[Sequence[str]] = None) -> dict:
+  """Runs the evaluators of ``config.evals`` (all of them, or ``names``) on a checkpoint.
+
+  Args:
+    config: the task config the checkpoint was trained with.
+    workdir: a training workdir, or the ``best`` folder an :class:`EarlyStopping` hook
+      keeps in it.
+    task: the task module.
+    step: the checkpoint step (default: the latest one).
+    names: the evaluators to run (keys of ``config.evals``; default: all).
+
+  Returns:
+    ``{"step": step, **metrics}``. Nothing is written to ``workdir``.
+  """
+  mesh = sharding_lib.make_mesh()
+  model = task.build_model(config)
+  state, at = _load_checkpoint(config, workdir, task, model, mesh, step)
   evals = make_evaluators(config, task, model, mesh)
   if names:
     known = [ev.name for ev in evals]
@@ -433,7 +483,7 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
     if unknown:
       raise ValueError(f"unknown evaluator(s) {unknown}; config.evals has {known}.")
     evals = [ev for ev in evals if ev.name in names]
-  out = {"step": int(at)}
+  out = {"step": at}
   for ev in evals:
     out.update(ev.run(state))
   return out
