@@ -56,6 +56,16 @@ comparison smaller. Reported: ms/step, tokens/s (B T per step), parameters, comp
 ``x fs_lstm2`` (FS variants) or ``x lstm1000`` (the others).
 
     python -m launch.benchmark --lm=fs_rum2,fs_lstm2 --lm_shape=32x150 --lm_scale=2
+
+Attention encoders (``--encoders``, ``--encoder_shapes`` or ``--encoder_size`` given): a
+training step (forward and backward of the mean cross-entropy of a 2-class ``classify``
+model, dropout on, random tokens of a vocabulary of 5,000, every row full length) of the
+StarSaber paper's models at equal layers and hidden size (``--encoder_size=LxD``; the
+Transformer and ReZero with 8 heads and FFN 4 x D): the paper's efficiency claim, measured.
+Reported: parameters (with the embedding; ``encoder_params`` in the JSON: the layers only), ms/step, tokens/s, ``x transformer``.
+
+    python -m launch.benchmark --encoders=starsaber,transformer,rezero \
+        --encoder_shapes=32x64,32x256 --encoder_size=4x256
 """
 
 import json
@@ -95,6 +105,12 @@ flags.DEFINE_list("lm", ["fs_rum2", "fs_lstm2", "rum1000", "lstm1000"],
                   "Language-model candidates: tasks.ptb variants or flax_lstm1000.")
 flags.DEFINE_string("lm_shape", "128x150", "Language-model shape BxT: batch, window length.")
 flags.DEFINE_float("lm_scale", 1.0, "Divide the language models' hidden sizes by this.")
+flags.DEFINE_list("encoders", ["starsaber", "transformer", "rezero"],
+                  "Attention encoders (registered models of rumjax.models.encoders) timed "
+                  "side by side (--encoders, --encoder_shapes or --encoder_size given: "
+                  "this table instead of the training table).")
+flags.DEFINE_list("encoder_shapes", ["32x64", "32x256"], "Encoder shapes BxT.")
+flags.DEFINE_string("encoder_size", "4x256", "Encoder size LxD: layers, hidden size.")
 flags.DEFINE_string("_rss_child", None, "Internal: candidate@shape to run once for --rss.")
 
 SHAPES = {  # name: (B, T, Nx, Nh)
@@ -426,6 +442,69 @@ def print_lm(shape, rows):
           f"{r['tokens_per_s']:9.0f} {ratios} {r['compile_s']:9.2f}")
 
 
+ENCODER_VOCAB = 5000
+
+
+def make_encoder_step(name, layers, d, b, t):
+  """``(jitted step, args, params)``: the gradient of the mean cross-entropy of a
+  ``classify`` encoder model (2 classes, dropout on) w.r.t. its parameters."""
+  import jax
+  import numpy as np
+  from rumjax import metrics, models
+  model = models.build_model({"name": name, "num_layers": layers, "hidden_size": d,
+                              "embed_dim": d, "num_heads": 8, "ffn_size": None,
+                              "dropout_rate": 0.1, "objective": "classify"},
+                             vocab_size=ENCODER_VOCAB, num_classes=2)
+  batch = {"inputs": jax.random.randint(jax.random.key(0), (b, t), 1, ENCODER_VOCAB),
+           "lengths": np.full((b,), t, np.int32)}
+  targets = jax.random.randint(jax.random.key(1), (b,), 0, 2)
+  params = model.init(jax.random.key(2), batch, train=False)
+
+  def loss(p, batch, targets, key):
+    logits = model.apply(p, batch, train=True, rngs={"dropout": key})
+    return metrics.cross_entropy(logits, targets).mean()
+  step = jax.jit(jax.value_and_grad(loss))
+  return step, (params, batch, targets, jax.random.key(3))
+
+
+def run_encoders(names, shapes, layers, d, repeats):
+  """Times the encoders' training steps per shape, alternated per round."""
+  import jax
+  out = {}
+  for shape in shapes:
+    b, t = shape
+    runs, rows = {}, {}
+    for name in names:
+      f, args = make_encoder_step(name, layers, d, b, t)
+      runs[name], compile_s, _ = compile_and_run(f, *args)
+      rows[name] = {"compile_s": compile_s,
+                    "params": sum(x.size for x in jax.tree.leaves(args[0])),
+                    "encoder_params": sum(x.size for x in
+                                          jax.tree.leaves(args[0]["params"]["encoder"]))}
+    time_alternated(runs, rows, repeats)
+    for r in rows.values():
+      r["tokens_per_s"] = 1e3 * b * t / r["ms"]
+      if "transformer" in rows:
+        r["ratio_transformer"] = r["ms"] / rows["transformer"]["ms"]
+    out[f"{b}x{t}"] = rows
+  return out
+
+
+def print_encoders(size, tables):
+  print(f"{'LxD':>7} {'BxT':>7} {'cand':>18} {'params':>11} {'ms/step':>9} {'tokens/s':>9} "
+        f"{'x transformer':>13} {'compile s':>9}")
+  for shape, rows in tables.items():
+    for name, r in rows.items():
+      ratio = r.get("ratio_transformer")
+      ratio = f"{'-':>13}" if ratio is None else f"{ratio:13.2f}"
+      print(f"{size:>7} {shape:>7} {name:>18} {r['params']:11,d} {r['ms']:9.2f} "
+            f"{r['tokens_per_s']:9.0f} {ratio} {r['compile_s']:9.2f}")
+
+
+def encoders_requested():
+  return any(FLAGS[f].present for f in ("encoders", "encoder_shapes", "encoder_size"))
+
+
 def lm_requested():
   return any(FLAGS[f].present for f in ("lm", "lm_shape", "lm_scale"))
 
@@ -453,6 +532,17 @@ def main(argv):
     results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
                            "candidates": rows}
     print_decoding(FLAGS.decode_shape, rows)
+  elif encoders_requested():
+    try:
+      shapes = [tuple(int(v) for v in x.lower().split("x")) for x in FLAGS.encoder_shapes]
+      layers, d = (int(v) for v in FLAGS.encoder_size.lower().split("x"))
+      assert all(len(x) == 2 for x in shapes)
+    except (ValueError, AssertionError):
+      raise ValueError(f"encoder_shapes {FLAGS.encoder_shapes} must be BxT and encoder_size "
+                       f"{FLAGS.encoder_size!r} LxD.") from None
+    tables = run_encoders(FLAGS.encoders, shapes, layers, d, FLAGS.repeats)
+    results["encoders"] = {"L_D": (layers, d), "vocab": ENCODER_VOCAB, "shapes": tables}
+    print_encoders(FLAGS.encoder_size, tables)
   elif lm_requested():
     shape = tuple(int(v) for v in FLAGS.lm_shape.lower().split("x"))
     if len(shape) != 2 or FLAGS.lm_scale <= 0:

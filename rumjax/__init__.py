@@ -16,11 +16,13 @@ from rumjax.decoding import beam_search, greedy_search
 from rumjax.lstmn import init_lstmn_params, lstmn_scan
 from rumjax.rotation import rotate, rotation_matrix, rotation_plane
 from rumjax.rum import ACTIVATIONS, init_rum_params, rum_scan, rum_step
+from rumjax.starsaber import starsaber_layer, starsaber_gate_layer, init_starsaber_params
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATIONS", "RUMCell", "beam_search", "cell_names", "decoding", "greedy_search",
-    "init_lstmn_params", "init_rum_params", "lstmn_scan", "make_cell",
+    "init_lstmn_params", "init_rum_params", "init_starsaber_params", "lstmn_scan", "make_cell",
     "register_cell", "rotate", "rotation_matrix", "rotation_plane", "rum_scan", "rum_step",
+    "starsaber_gate_layer", "starsaber_layer",
 ]

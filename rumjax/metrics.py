@@ -7,6 +7,7 @@ count nowhere.
 
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -42,3 +43,24 @@ def classification_loss_and_metrics(logits, batch):
   n = jnp.sum(mask)
   correct = jnp.sum((jnp.argmax(logits, axis=-1) == targets) * mask)
   return ce_sum / jnp.maximum(n, 1.0), {"loss": (ce_sum, n), "accuracy": (correct, n)}
+
+
+def multi_margin_loss(scores, labels, margin: float = 1.0):
+  """The multi-class hinge loss per row (Weston and Watkins; PyTorch's
+  ``MultiMarginLoss``, which the StarSaber paper's "Hinge Loss" most likely is)::
+
+      loss(s, y) = sum_{j != y} max(0, margin - s_y + s_j) / C
+
+  Args:
+    scores: <float>[..., C] the class scores (logits).
+    labels: <int>[...] the gold class; rows with a label outside ``[0, C)`` (e.g. -1 of
+      an unlabelled row) get 0.
+
+  Returns:
+    <float>[...] the loss of each row.
+  """
+  num_classes = scores.shape[-1]
+  gold = jax.nn.one_hot(labels, num_classes, dtype=scores.dtype)
+  s_y = jnp.sum(scores * gold, axis=-1, keepdims=True)
+  terms = jnp.maximum(0.0, margin - s_y + scores) * (1.0 - gold)
+  return jnp.sum(terms, axis=-1) / num_classes * jnp.any(gold > 0, axis=-1)

@@ -17,6 +17,16 @@ def write_json(path: str, obj: Any) -> None:
   os.replace(tmp, path)
 
 
+def write_jsonl(path: str, rows) -> None:
+  """Writes ``rows`` (dicts) as JSON lines to ``path`` atomically; non-ASCII text is kept
+  as is (UTF-8), e.g. Chinese label descriptions."""
+  tmp = f"{path}.tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    for row in rows:
+      f.write(json.dumps(row, ensure_ascii=False, default=float) + "\n")
+  os.replace(tmp, path)
+
+
 def read_json(path: str, default: Any = None) -> Any:
   """The JSON content of ``path``, or ``default`` if the file does not exist."""
   if not os.path.exists(path):

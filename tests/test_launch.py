@@ -231,3 +231,54 @@ def test_benchmark_lm(tmp_path):
              for r in rows.values())
   assert rows["fs_lstm2"]["ratio_fs_lstm2"] == rows["lstm1000"]["ratio_lstm1000"] == 1.0
   assert "ratio_fs_lstm2" in rows["fs_rum2"] and "ratio_lstm1000" in rows["flax_lstm1000"]
+
+
+def test_benchmark_encoders(tmp_path):
+  """--encoders at a tiny size: StarSaber, Transformer and ReZero steps side by side, with
+  parameter counts and the ratio to the Transformer."""
+  out = tmp_path / "enc.json"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.benchmark", "--encoders=starsaber,transformer,rezero",
+       "--encoder_shapes=2x8", "--encoder_size=1x16", "--repeats=1", "--matmul_size=64",
+       f"--output={out}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "x transformer" in proc.stdout
+  rows = json.loads(out.read_text())["encoders"]["shapes"]["2x8"]
+  assert list(rows) == ["starsaber", "transformer", "rezero"]
+  assert rows["transformer"]["ratio_transformer"] == 1.0
+  # One StarSaber layer of width d: U, Q, V, W (4 d^2) and alpha.
+  assert rows["starsaber"]["encoder_params"] == 4 * 16 * 16 + 1
+  assert all(r["ms"] > 0 and r["params"] > r["encoder_params"] for r in rows.values())
+
+
+def test_predict_writes_a_clue_submission(tmp_path):
+  """launch.predict on a fine-tuned afqmc run: one jsonl row per test pair, CLUE's ids and
+  label strings; a task without submissions and a missing workdir are one-line errors."""
+  from tests import test_task_clue
+  folder = test_task_clue.afqmc_dir(tmp_path)
+  data = ["--task=afqmc", f"--config.manual_dir={folder}",
+          f"--config.data_dir={tmp_path / 'tfds'}"]
+  small = ["--batch_size=4", "--config.eval_batch_size=4", "--config.model.num_layers=1",
+           "--config.model.hidden_size=8", "--config.model.embed_dim=8",
+           "--config.model.num_heads=2", "--eval_every=2", "--checkpoint_every=2"]
+  wd = tmp_path / "run"
+  train = subprocess.run([sys.executable, "-m", "launch.train", f"--workdir={wd}", "--steps=2",
+                          *data, *small], cwd=REPO, env=_env(), capture_output=True,
+                         text=True, timeout=600)
+  assert train.returncode == 0, train.stderr[-3000:]
+  out = tmp_path / "afqmc_predict.json"
+  proc = subprocess.run([sys.executable, "-m", "launch.predict", f"--workdir={wd}",
+                         f"--output={out}", f"--config.manual_dir={folder}",
+                         f"--config.data_dir={tmp_path / 'tfds'}"],
+                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r["id"] for r in rows] == list(range(100, 107))
+  assert all(set(r) == {"id", "label"} and r["label"] in ("0", "1") for r in rows)
+  assert json.loads(proc.stdout.strip().splitlines()[-1])["rows"] == 7
+  missing = subprocess.run([sys.executable, "-m", "launch.predict", "--task=afqmc",
+                            f"--workdir={tmp_path / 'nothing'}", f"--output={out}",
+                            f"--config.manual_dir={folder}"],
+                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert missing.returncode != 0
+  assert "error: no checkpoints in" in missing.stderr.strip().splitlines()[-1]

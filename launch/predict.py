@@ -1,0 +1,54 @@
+r"""Writes a benchmark's submission file from a checkpoint: the predictions of a split (by
+default the unlabelled ``test`` split) as the task's jsonl rows.
+
+    python -m launch.predict --workdir=/tmp/afqmc --best --output=/tmp/afqmc_predict.json
+
+The config is the run's ``<workdir>/config.json`` (``--config.FIELD=VALUE`` overrides it);
+the task must have a ``submission(config, rows)`` function (the CLUE tasks: ``{"id": ...,
+"label": ...}`` per line, the format of www.cluebenchmark.com). Prints the step and the
+number of rows written.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+import tasks
+from launch import evaluate
+from rumjax import utils
+
+flags.DEFINE_string("output", None, "The jsonl file to write.", required=True)
+flags.DEFINE_string("split", "test", "The split to predict.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  logging.get_absl_handler().addFilter(utils.QuietOrbax())
+  from rumjax import training
+  try:
+    training.sharding.use_cpu_devices(FLAGS.cpu_devices)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  config = FLAGS.config
+  task = tasks.get_task(config.task)
+  if not hasattr(task, "submission"):
+    sys.exit(f"error: the {config.task} task writes no submission file (it has no "
+             "submission function); use launch.evaluate for its metrics.")
+  workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  try:
+    task.validate_config(config)
+    step, rows = training.predict_checkpoint(config, workdir, task, FLAGS.split,
+                                             step=FLAGS.step)
+    lines = task.submission(config, rows)
+  except ValueError as err:
+    sys.exit(f"error: {err}")
+  utils.write_jsonl(FLAGS.output, lines)
+  print(json.dumps({"step": step, "rows": len(lines), "output": FLAGS.output}))
+
+
+if __name__ == "__main__":
+  evaluate.define_config_flag(sys.argv)
+  app.run(main)

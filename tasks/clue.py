@@ -1,0 +1,401 @@
+"""What the CLUE tasks of the StarSaber paper share (``afqmc``, ``tnews``, ``cmnli``; each
+is a thin module binding these functions to its name).
+
+Set-up of "Transforming Recurrent Neural Networks with Attention and Fixed-point
+Equations" (ICLR 2021 submission, §4):
+
+* Text: characters (:func:`tasks.text.tokenizers.characters`, whitespace dropped); the
+  vocabulary is every character of the task's train, dev and test inputs (the splits
+  present), plus ``<pad>`` (id 0), ``<unk>`` (1) and the pair separator ``<sep>`` (2). A pair task (AFQMC, CMNLI) reads ``sentence1 <sep>
+  sentence2`` as one sequence ("we concatenate the two input sentences with a
+  seperation"); TNEWS reads the title alone (keywords not used). Sequences longer than
+  ``max_length`` are cut, the longer sentence of a pair first (the paper gives no length).
+* ``objective="classify"`` (default): a batch is ``{"inputs": <int32>[B, T], "lengths":
+  <int32>[B], "targets": <int32>[B] (-1 on unlabelled test rows), "index", "id",
+  "mask"}``, padded to the power-of-two bucket of its longest row. The loss is the
+  multi-class hinge loss (:func:`rumjax.metrics.multi_margin_loss`, "Hinge Loss in
+  training"); metrics ``loss``, ``accuracy`` and, for two classes, ``precision`` and
+  ``recall`` of class 1 (AFQMC's paper models mostly predict 0: dev is 69.0% label 0).
+  Adam 1e-4 ("1e-4 in fine-tuning"), seed 10, early stopping on dev accuracy.
+* ``objective="mlm"`` (variant ``"mlm"``, pretraining): the corpus is every input of
+  train, dev and test without labels; each example gets a new mask every epoch
+  (:func:`tasks.data.mlm.mask_tokens`, p = 0.3, a masked position takes a token drawn
+  uniformly from the vocabulary without the specials, no [MASK] symbol; ``<sep>`` is never
+  masked). The batch adds ``"targets" <int32>[B, T]`` (the original tokens) and
+  ``"weights"`` (1 at masked positions); the loss is the cross-entropy "on all positions
+  of a sequence", ``masked_accuracy`` / ``masked_loss`` report the masked ones. Adam 1e-3
+  (the paper's Transformer used 1e-4 for both: ``--config.learning_rate=1e-4``). Its
+  ``dev`` evaluation masks the dev inputs once (epoch 0): a monitor only, as the dev inputs
+  are part of the pretraining corpus by the paper's design.
+* Fine-tuning: ``--config.init_from=<the mlm workdir>`` (the embedding and encoder have
+  the same parameter paths under both objectives; :func:`rumjax.training.restore_params`
+  keeps the new classifier head). Use the same model sizes.
+* Models (``config.model.name``, :mod:`rumjax.models.encoders`): ``starsaber``,
+  ``starsaber_gate``, ``starsaber_pe``, ``starsaber_nodirect``, ``transformer``,
+  ``rezero``, ``bilstm``. Default size (CPU-scaled): 4 layers, hidden 256; the paper's
+  Table 1 sizes are in :mod:`tasks.configs.clue`.
+* Word2Vec group: ``word_vectors`` (a word2vec/GloVe text file of characters) starts the
+  embedding from it and ``model.freeze_embeddings`` keeps it fixed. No vector file is
+  available here.
+* Test labels are private (CLUE's leaderboard): :func:`submission` turns predictions of
+  the ``test`` split into the benchmark's jsonl rows (``launch.predict``).
+"""
+
+import functools
+import math
+import os
+from typing import Any, Mapping, Optional
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from ml_collections import config_dict
+
+from rumjax import embeddings, metrics
+from rumjax.models import encoders, text_classifier
+from tasks import common
+from tasks.data import ShuffledBatches, bucket_length, eval_batches
+from tasks.data.mlm import mask_tokens
+from tasks.text import tokenizers
+from tasks.text.vocabulary import Vocabulary
+
+TASKS = ("afqmc", "tnews", "cmnli")
+VARIANTS = ("mlm",)
+OBJECTIVES = ("classify", "mlm")
+EVAL_SPLITS = ("dev", "test")
+NUM_CLASSES = {"afqmc": 2, "tnews": 15, "cmnli": 3}
+PAIR_TASKS = ("afqmc", "cmnli")
+PAD, UNK, SEP = "<pad>", "<unk>", "<sep>"
+MIN_BUCKET = 16
+_BUILDER_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
+
+
+# --------------------------------------------------------------------------- config
+
+
+def default_config(task: str, variant: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The config of CLUE ``task``: fine-tuning (``variant`` None) or MLM pretraining
+  (``"mlm"``), at the CPU-scaled size (4 layers, hidden 256, StarSaber).
+
+  Fields beyond the common ones: ``objective`` ("classify" | "mlm"), ``manual_dir`` (the
+  task's json files; default ``../shared/data/clue/<task>``), ``data_dir`` (prepared TFDS
+  data), ``max_length``, ``mask_prob``, ``word_vectors``, ``bucket_lengths``,
+  ``eval_batch_size``. ``num_steps`` is 10 epochs, ``eval_every`` one epoch.
+  """
+  if variant is not None and variant not in VARIANTS:
+    raise ValueError(f"unknown {task} variant {variant!r}; known variants are "
+                     f"{list(VARIANTS)} (or None for fine-tuning).")
+  c = common.base_config(task, variant)
+  c.objective = "mlm" if variant == "mlm" else "classify"
+  c.manual_dir = common.shared_data_dir(f"clue/{task}")
+  c.data_dir = ""
+  c.max_length = 128
+  c.mask_prob = 0.3
+  c.word_vectors = ""
+  c.bucket_lengths = True
+  c.model = ml_collections.ConfigDict(dict(
+      name="starsaber", num_layers=4, hidden_size=256, embed_dim=256, num_heads=8,
+      ffn_size=config_dict.placeholder(int), dropout_rate=0.1, freeze_embeddings=False))
+  c.model.objective = c.get_ref("objective")  # one value: setting either sets both
+  c.optimizer = "adam"
+  c.learning_rate = 1e-3 if c.objective == "mlm" else 1e-4
+  c.seed = 10
+  c.batch_size = 32
+  c.eval_batch_size = 128
+  # Steps of one epoch over the paper's training counts (the pretraining corpus is train
+  # + dev + test): recomputed from the data by the launcher's --steps if needed.
+  sizes = {"afqmc": (34_334, 42_511), "tnews": (53_360, 63_360), "cmnli": (391_782, 418_088)}
+  epoch = math.ceil(sizes[task][c.objective == "mlm"] / c.batch_size)
+  c.num_steps = 10 * epoch
+  c.eval_every = c.checkpoint_every = epoch
+  c.log_every = 100
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"),
+                                   batch_size=c.get_ref("eval_batch_size"))
+  if c.objective == "classify":
+    c.early_stopping_metric = "eval_accuracy"
+    c.early_stopping_patience = 3
+  return c
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+  """Raises ``ValueError`` naming the first bad field (and missing data files)."""
+  task = config["task"]
+  common.check_task(config, task, VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
+  if config["objective"] not in OBJECTIVES:
+    raise ValueError(f"config.objective={config['objective']!r} must be one of "
+                     f"{list(OBJECTIVES)}.")
+  encoders.check_model_config(config.model)
+  common.check_int(config, "max_length", 3)
+  common.check_int(config, "eval_batch_size", 1)
+  if not 0 < config["mask_prob"] <= 1:
+    raise ValueError(f"config.mask_prob={config['mask_prob']!r} must be in (0, 1].")
+  if not isinstance(config["bucket_lengths"], bool):
+    raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
+                     "False.")
+  for name, entry in config.evals.items():
+    if entry["split"] == "test" and config["objective"] == "classify":
+      raise ValueError(f"config.evals.{name}.split='test': CLUE's test labels are "
+                       "private; evaluate on 'dev' and write test predictions with "
+                       "launch.predict.")
+  if not isinstance(config["word_vectors"], str):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
+  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
+    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
+                     "word2vec/GloVe text file or '' (embeddings trained from scratch).")
+  common.check_data_folders(config, f"the CLUE {task} files train.json, dev.json, test.json")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def tokenize(text: str) -> list[str]:
+  """Characters without whitespace, e.g. ``"花呗 账单"`` -> ``["花", "呗", "账", "单"]``."""
+  return tokenizers.characters(text)
+
+
+def join_pair(first: list, second: Optional[list], sep_id: int, max_length: int) -> list:
+  """``first`` (+ ``[sep_id] + second`` for a pair), cut to ``max_length`` tokens: the
+  longer sentence of a pair loses its last token first."""
+  first = list(first)
+  if second is None:
+    return first[:max_length]
+  second = list(second)
+  while len(first) + len(second) + 1 > max_length:
+    (first if len(first) >= len(second) else second).pop()
+  return first + [sep_id] + second
+
+
+def _split_inputs(examples: list, task: str):
+  second = task in PAIR_TASKS
+  return [(tokenize(ex["sentence1"]), tokenize(ex["sentence2"]) if second else None)
+          for ex in examples]
+
+
+def encode(examples: Mapping[str, list], task: str, max_length: int) -> "Data":
+  """Ids of every split present (padded to ``max_length``) and the vocabulary of all
+  their inputs."""
+  texts = {s: _split_inputs(exs, task) for s, exs in examples.items()}
+  corpus = [t for pairs in texts.values() for a, b in pairs for t in (a, b) if t is not None]
+  chars = Vocabulary.build(corpus, pad=PAD, unk=UNK, bos=None, eos=None)
+  vocab = Vocabulary((PAD, UNK, SEP) + chars.tokens[2:], (0, 0, 0) + chars.counts[2:],
+                     pad=PAD, unk=UNK, bos=None, eos=None)
+  sep = vocab.id(SEP)
+  splits = {}
+  for split, pairs in texts.items():
+    rows = [join_pair(vocab.encode(a), None if b is None else vocab.encode(b), sep,
+                      max_length) for a, b in pairs]
+    inputs = np.zeros((len(rows), max_length), np.int32)
+    for i, r in enumerate(rows):
+      inputs[i, :len(r)] = r
+    exs = examples[split]
+    splits[split] = {"inputs": inputs,
+                     "lengths": np.asarray([len(r) for r in rows], np.int32),
+                     "targets": np.asarray([ex["label"] for ex in exs], np.int32),
+                     "index": np.asarray([ex["index"] for ex in exs], np.int32),
+                     "id": np.asarray([ex["id"] for ex in exs], np.int64)}
+    for v in splits[split].values():
+      v.flags.writeable = False
+  return Data(vocab, splits)
+
+
+class Data:
+  """The encoded splits of one CLUE task.
+
+  Attributes:
+    vocab: the character :class:`tasks.text.Vocabulary` of all inputs.
+    splits: ``{"train"|"dev"|"test": {"inputs": <int32>[N, max_length], "lengths",
+      "targets", "index", "id"}}`` for the splits present.
+  """
+
+  def __init__(self, vocab: Vocabulary, splits: dict):
+    self.vocab, self.splits = vocab, splits
+
+  def size(self, split: str) -> int:
+    return len(self.splits[split]["targets"])
+
+  def corpus(self) -> dict:
+    """The MLM corpus: every split's inputs and lengths, concatenated in split order."""
+    names = [s for s in ("train", "dev", "test") if s in self.splits]
+    return {k: np.concatenate([self.splits[s][k] for s in names])
+            for k in ("inputs", "lengths")}
+
+
+@functools.lru_cache(maxsize=4)
+def _data(task: str, manual_dir: str, data_dir: str, max_length: int) -> Data:
+  from tasks.datasets import clue as clue_data  # imports TFDS: only when data is needed
+  try:
+    raw = clue_data.load_splits(task, os.path.expanduser(manual_dir) if manual_dir else "",
+                                os.path.expanduser(data_dir) if data_dir else "")
+  except FileNotFoundError as err:
+    raise ValueError(" ".join(str(err).split())) from None
+  examples = {s: raw[b] for s, b in _BUILDER_SPLIT.items() if b in raw}
+  if "train" not in examples:
+    raise ValueError(f"the {task} data in {manual_dir or 'the download'} has no train.json; "
+                     "put the CLUE files train.json, dev.json, test.json there.")
+  return encode(examples, task, max_length)
+
+
+def data(config) -> Data:
+  """The encoded data of ``config`` (prepared and loaded once per process)."""
+  return _data(config["task"], config["manual_dir"], config["data_dir"],
+               config["max_length"])
+
+
+def _cut(batch: dict, bucket: bool) -> dict:
+  cap = batch["inputs"].shape[1]
+  size = bucket_length(max(1, int(batch["lengths"].max())), MIN_BUCKET, cap) if bucket else cap
+  for key in ("inputs", "targets", "weights"):
+    if key in batch and batch[key].ndim == 2:
+      batch[key] = np.ascontiguousarray(batch[key][:, :size])
+  return batch
+
+
+def _mlm_maker(config, arrays: Mapping[str, np.ndarray], vocab: Vocabulary, seed: int):
+  """``(idx, epochs) -> batch`` of dynamically masked rows (module docstring)."""
+
+  def make(idx, epochs=0):
+    sep = vocab.id(SEP)
+    masked = mask_tokens(arrays["inputs"][idx], indices=idx, epochs=epochs, seed=seed,
+                         vocab_size=len(vocab), p=config.mask_prob, pad_id=vocab.pad_id,
+                         protected_ids=[sep], exclude_ids=[*vocab.special_ids, sep])
+    batch = {**masked, "lengths": arrays["lengths"][idx]}
+    return _cut(batch, config.bucket_lengths)
+
+  return make
+
+
+def _classify_maker(config, arrays: Mapping[str, np.ndarray]):
+
+  def make(idx):
+    batch = {k: v[idx] for k, v in arrays.items()}
+    return _cut(batch, config.bucket_lengths)
+
+  return make
+
+
+def train_data(config, *, process_index: int = 0,
+               process_count: int = 1) -> ShuffledBatches:
+  """Endless shuffled batches (of the training examples, or of the MLM corpus with a new
+  mask per example and epoch); deterministic in ``(seed, step)`` and resumable."""
+  d = data(config)
+  if config.objective == "mlm":
+    corpus = d.corpus()
+    return ShuffledBatches(len(corpus["lengths"]), _mlm_maker(config, corpus, d.vocab,
+                                                                config.seed),
+                           seed=config.seed, batch_size=config.batch_size,
+                           process_index=process_index, process_count=process_count,
+                           pass_epochs=True)
+  return ShuffledBatches(d.size("train"), _classify_maker(config, d.splits["train"]),
+                         seed=config.seed, batch_size=config.batch_size,
+                         process_index=process_index, process_count=process_count)
+
+
+def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
+  """The ``"dev"`` or ``"test"`` examples in file order, every one exactly once (padded
+  rows of the last batch have mask 0); for ``mlm`` masked once (epoch 0, seed + 1)."""
+  if split not in EVAL_SPLITS:
+    raise ValueError(f"unknown {config.task} split {split!r}; known splits are "
+                     f"{list(EVAL_SPLITS)}.")
+  d = data(config)
+  if split not in d.splits:
+    raise ValueError(f"the {config.task} data has no {split} split (no "
+                     f"{'dev' if split == 'dev' else 'test'}.json in "
+                     f"{config.manual_dir or 'the download'}).")
+  arrays = d.splits[split]
+  make = (_mlm_maker(config, arrays, d.vocab, config.seed + 1) if config.objective == "mlm"
+          else _classify_maker(config, arrays))
+  return eval_batches(d.size(split), make, batch_size=config.batch_size,
+                      process_index=process_index, process_count=process_count)
+
+
+def to_text(config, batch, row: int = 0) -> str:
+  """A batch row as its characters (``<sep>`` between a pair) and its label index."""
+  d = data(config)
+  n = int(batch["lengths"][row])
+  text = d.vocab.to_text(batch["inputs"][row][:n], sep="", strip_special=False)
+  targets = batch["targets"][row]
+  return text if np.ndim(targets) else f"{text} -> {int(targets)}"
+
+
+# ---------------------------------------------------------------------------- model
+
+
+@functools.lru_cache(maxsize=2)
+def _vectors(path, task, manual_dir, data_dir, max_length, dim, seed):
+  tokens = _data(task, manual_dir, data_dir, max_length).vocab.tokens
+  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
+
+
+def build_model(config):
+  """The encoder model ``config.model.name`` (:mod:`rumjax.models.encoders`) over the
+  task's vocabulary; with ``word_vectors`` the embedding starts from them."""
+  init = None
+  if config.word_vectors:
+    init = text_classifier.pretrained_init(lambda: _vectors(
+        os.path.expanduser(config.word_vectors), config.task, config.manual_dir,
+        config.data_dir, config.max_length, config.model.embed_dim, config.seed)[0])
+  kwargs = {"embedding_init": init} if init is not None else {}
+  from rumjax.models import build_model as build
+  return build(config.model, vocab_size=len(data(config).vocab),
+               num_classes=NUM_CLASSES[config.task], **kwargs)
+
+
+def loss_and_metrics(outputs, batch):
+  """Classification (logits <float>[B, C]): the hinge loss, accuracy and, for C = 2,
+  precision / recall of class 1. MLM (logits <float>[B, T, V]): the cross-entropy over
+  every real position, and the loss / accuracy at the masked positions. All as
+  ``(sum, count)`` pairs over the real (mask 1) rows."""
+  if outputs.ndim == 3:
+    return mlm_loss_and_metrics(outputs, batch)
+  targets = batch["targets"]
+  mask = metrics.batch_mask(batch, targets.shape[0])
+  hinge = jnp.sum(metrics.multi_margin_loss(outputs, targets) * mask)
+  n = jnp.sum(mask)
+  pred = jnp.argmax(outputs, axis=-1)
+  out = {"loss": (hinge, n), "accuracy": (jnp.sum((pred == targets) * mask), n)}
+  if outputs.shape[-1] == 2:
+    true_pos = jnp.sum((pred == 1) * (targets == 1) * mask)
+    out["precision"] = (true_pos, jnp.sum((pred == 1) * mask))
+    out["recall"] = (true_pos, jnp.sum((targets == 1) * mask))
+  return hinge / jnp.maximum(n, 1.0), out
+
+
+def mlm_loss_and_metrics(logits, batch):
+  """Masked-LM reconstruction: cross-entropy on all real positions (the paper), metrics at
+  the masked positions (``weights``)."""
+  targets = batch["targets"]
+  rows = metrics.batch_mask(batch, targets.shape[0])
+  real = (jnp.arange(targets.shape[1])[None, :] < batch["lengths"][:, None]) * rows[:, None]
+  masked = batch["weights"] * rows[:, None]
+  ce = metrics.cross_entropy(logits, targets)
+  n = jnp.sum(real)
+  correct = (jnp.argmax(logits, axis=-1) == targets)
+  out = {"loss": (jnp.sum(ce * real), n),
+         "masked_loss": (jnp.sum(ce * masked), jnp.sum(masked)),
+         "masked_accuracy": (jnp.sum(correct * masked), jnp.sum(masked))}
+  return out["loss"][0] / jnp.maximum(n, 1.0), out
+
+
+# ----------------------------------------------------------------------- submission
+
+
+def submission(config, rows) -> list[dict]:
+  """CLUE's submission rows ``{"id": ..., "label": "<CLUE label>"}`` (TNEWS adds
+  ``label_desc``) from :func:`rumjax.training.predict_checkpoint`'s ``rows`` of logits,
+  padded rows (mask 0) dropped, in the split's order."""
+  from tasks.datasets import clue as clue_data
+  if config.objective != "classify":
+    raise ValueError("a submission needs a classifier (config.objective='classify'); this "
+                     "is a pretraining run.")
+  names = clue_data.label_names(config.task, config.manual_dir or None)
+  out = []
+  for batch, logits in rows:
+    pred = np.argmax(np.asarray(logits), axis=-1)
+    for i in np.flatnonzero(np.asarray(batch["mask"]) > 0):
+      code, desc = names[int(pred[i])]
+      row = {"id": int(batch["id"][i]), "label": code}
+      if config.task == "tnews":
+        row["label_desc"] = desc
+      out.append(row)
+  return out

@@ -1,0 +1,69 @@
+"""The StarSaber paper's CLUE experiments as data (ICLR 2021 submission, §4, Tables 1, 3, 5-7):
+model sizes (dotted-field overrides of ``tasks.clue.default_config``) and the published
+dev/test accuracies, for RESULTS.md and for runs at the paper's sizes::
+
+    python -m launch.train --task=afqmc --variant=mlm --workdir=/tmp/pre \\
+        --config.model.name=starsaber --config.model.num_layers=12 \\
+        --config.model.hidden_size=512 --config.model.embed_dim=512      # StarSaber-1
+
+"Word2Vec" group: frozen pre-trained embeddings, no pretraining, hidden = input = 300.
+"Pretrained" group: MLM pretraining on the task's own inputs, hidden = input = 512.
+Both: Transformer and ReZero with 8 heads and an FFN of 4 x hidden; at hidden 300 (not a
+multiple of 8) we use 6 heads of 50 (the paper does not say how it split 300 over 8 heads).
+"""
+
+_W2V = {"model.hidden_size": 300, "model.embed_dim": 300, "model.freeze_embeddings": True}
+_PRE = {"model.hidden_size": 512, "model.embed_dim": 512}
+
+# Table 1: (group, model) -> overrides; CMNLI doubles the pretrained depths.
+TABLE1 = {
+    ("word2vec", "bilstm"): {**_W2V, "model.name": "bilstm", "model.num_layers": 1},
+    ("word2vec", "rezero"): {**_W2V, "model.name": "rezero", "model.num_layers": 4,
+                             "model.num_heads": 6},
+    ("word2vec", "transformer"): {**_W2V, "model.name": "transformer", "model.num_layers": 4,
+                                  "model.num_heads": 6},
+    ("word2vec", "starsaber"): {**_W2V, "model.name": "starsaber", "model.num_layers": 4},
+    ("pretrained", "rezero"): {**_PRE, "model.name": "rezero", "model.num_layers": 6},
+    ("pretrained", "transformer"): {**_PRE, "model.name": "transformer",
+                                    "model.num_layers": 6},
+    ("pretrained", "starsaber1"): {**_PRE, "model.name": "starsaber", "model.num_layers": 12},
+    ("pretrained", "starsaber2"): {**_PRE, "model.name": "starsaber", "model.num_layers": 6},
+}
+
+# Table 1: parameter counts (millions, with the embedding matrices) per task.
+PARAMS = {
+    ("word2vec", "bilstm"): (1.45, 1.45, 1.45),
+    ("word2vec", "rezero"): (3.97, 3.97, 3.97),
+    ("word2vec", "transformer"): (3.97, 3.98, 4.35),
+    ("word2vec", "starsaber"): (2.89, 2.89, 2.89),
+    ("pretrained", "rezero"): (18.19, 19.81, 36.37),
+    ("pretrained", "transformer"): (18.20, 19.82, 36.75),
+    ("pretrained", "starsaber1"): (13.47, 15.09, 27.30),
+    ("pretrained", "starsaber2"): (7.17, 8.79, 14.69),
+}
+TASKS = ("afqmc", "tnews", "cmnli")
+
+# Table 3: accuracy (%) (dev, test) per task.
+TABLE3 = {
+    ("word2vec", "bilstm"): ((69.00, 69.90), (51.01, 51.17), (58.55, 67.30)),
+    ("word2vec", "rezero"): ((69.05, 69.90), (49.20, 50.03), (58.82, 67.30)),
+    ("word2vec", "transformer"): ((69.00, 69.90), (50.23, 50.70), (57.75, 67.30)),
+    ("word2vec", "starsaber"): ((69.05, 69.96), (51.22, 50.85), (57.69, 67.30)),
+    ("pretrained", "rezero"): ((69.97, 70.27), (52.59, 52.69), (69.44, 69.43)),
+    ("pretrained", "transformer"): ((70.32, 70.24), (50.78, 51.64), (71.14, 67.30)),
+    ("pretrained", "starsaber1"): ((70.85, 70.68), (53.25, 53.41), (69.67, 69.43)),
+    ("pretrained", "starsaber2"): ((70.18, 70.22), (52.28, 52.55), (69.44, 69.43)),
+}
+
+# Tables 5-7 (ablations at StarSaber-2's layers/sizes, pretrained): (params M, test, dev)
+# per task.
+ABLATIONS = {
+    "starsaber_gate": ((13.47, 70.27, 70.62), (15.09, 53.56, 53.04), (27.29, 69.43, 69.95)),
+    "starsaber_pe": ((11.89, 70.06, 70.06), (13.51, 52.05, 52.13), (24.14, 67.30, 66.67)),
+    "starsaber_nodirect": ((10.32, 69.75, 70.16), (11.94, 52.76, 52.31),
+                           (20.99, 67.30, 69.00)),
+}
+
+# Majority-class rate of the dev splits we have (AFQMC: 2,978 of 4,316 are label 0; TNEWS:
+# its largest class, index 8 = code 109 "news_tech", 1,089 of 10,000).
+MAJORITY_DEV = {"afqmc": 2978 / 4316, "tnews": 1089 / 10000}

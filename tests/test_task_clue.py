@@ -1,0 +1,236 @@
+"""The CLUE tasks of the StarSaber paper (afqmc, tnews, cmnli) on small fixture folders:
+text encoding, MLM batches, the hinge loss, config checks, and pretrain -> fine-tune ->
+submission through the loop."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tasks
+from rumjax import metrics, training
+from tasks import clue
+
+Q = ["花呗怎么还款", "借呗额度为什么降低", "蚂蚁花呗可以分期吗", "花呗账单", "借呗提前还款",
+     "如何开通花呗", "花呗逾期", "借呗利息多少"]
+TNEWS_LABELS = [("100", "news_story"), ("101", "news_culture"), ("102", "news_entertainment")]
+
+
+def _write(folder, files):
+  os.makedirs(folder, exist_ok=True)
+  for name, rows in files.items():
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+      for row in rows:
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+  return str(folder)
+
+
+def afqmc_dir(tmp_path):
+  pairs = [(Q[i % 8], Q[(i * 3 + 1) % 8], str(int(i % 3 == 0))) for i in range(24)]
+  return _write(tmp_path / "afqmc", {
+      "train.json": [{"sentence1": a, "sentence2": b, "label": y} for a, b, y in pairs],
+      "dev.json": [{"sentence1": a, "sentence2": b, "label": y} for a, b, y in pairs[:10]],
+      "test.json": [{"id": 100 + i, "sentence1": a, "sentence2": b}
+                    for i, (a, b, _) in enumerate(pairs[:7])]})
+
+
+def tnews_dir(tmp_path):
+  rows = [{"label": TNEWS_LABELS[i % 3][0], "label_desc": TNEWS_LABELS[i % 3][1],
+           "sentence": Q[i % 8] + "新闻", "keywords": "花呗"} for i in range(20)]
+  return _write(tmp_path / "tnews", {
+      "labels.json": [{"label": c, "label_desc": d} for c, d in TNEWS_LABELS],
+      "train.json": rows, "dev.json": rows[:6]})
+
+
+def _config(name, folder, tmp_path, variant=None, **fields):
+  task = tasks.get_task(name)
+  config = task.default_config(variant)
+  config.manual_dir = folder
+  config.data_dir = str(tmp_path / "tfds")
+  config.model.update(num_layers=1, hidden_size=8, embed_dim=8, num_heads=2)
+  config.update(batch_size=4, eval_batch_size=4, num_steps=3, eval_every=3,
+                checkpoint_every=3, log_every=1)
+  for key, value in fields.items():
+    if key.startswith("model."):
+      config.model[key[6:]] = value
+    else:
+      config[key] = value
+  task.validate_config(config)
+  return task, config
+
+
+def test_the_three_tasks_are_registered_with_their_variants():
+  for name in ("afqmc", "tnews", "cmnli"):
+    task = tasks.get_task(name)
+    assert task.NAME == name and task.VARIANTS == ("mlm",)
+    assert task.default_config().objective == "classify"
+    assert task.default_config("mlm").objective == "mlm"
+    assert task.default_config("mlm").model.objective == "mlm"
+    assert task.default_config().seed == 10  # "Random seed is set to 10"
+  assert tasks.get_task("afqmc").default_config().learning_rate == 1e-4
+  assert tasks.get_task("afqmc").default_config("mlm").learning_rate == 1e-3
+
+
+def test_join_pair_cuts_the_longer_sentence_first():
+  assert clue.join_pair([1, 2], [3], 9, 10) == [1, 2, 9, 3]
+  assert clue.join_pair([1, 2, 3, 4, 5], [6, 7], 9, 6) == [1, 2, 3, 9, 6, 7]
+  assert clue.join_pair([1, 2], None, 9, 1) == [1]
+  for n1 in range(6):
+    for n2 in range(6):
+      out = clue.join_pair(list(range(n1)), list(range(10, 10 + n2)), 99, 5)
+      assert len(out) == min(5, n1 + n2 + 1) and out.count(99) == 1
+
+
+def test_pairs_are_joined_with_a_separator_and_the_vocabulary_covers_all_splits(tmp_path):
+  task, config = _config("afqmc", afqmc_dir(tmp_path), tmp_path)
+  d = clue.data(config)
+  vocab = d.vocab
+  assert vocab.tokens[:3] == ("<pad>", "<unk>", "<sep>") and vocab.pad_id == 0
+  row = d.splits["train"]
+  ids = row["inputs"][0][:row["lengths"][0]]
+  text = vocab.to_text(ids, sep="", strip_special=False)
+  assert text == Q[0] + "<sep>" + Q[1]
+  assert set(d.splits) == {"train", "dev", "test"}
+  np.testing.assert_array_equal(d.splits["test"]["targets"], -1)
+  np.testing.assert_array_equal(d.splits["test"]["id"], 100 + np.arange(7))
+  assert vocab.unk_id not in d.splits["test"]["inputs"]  # test characters are in the vocabulary
+  batch = next(iter(task.eval_data(config, "dev")))
+  assert batch["inputs"].shape == (4, 16) and batch["mask"].tolist() == [1, 1, 1, 1]
+
+
+def test_tnews_reads_titles_only_and_has_no_test_split(tmp_path):
+  task, config = _config("tnews", tnews_dir(tmp_path), tmp_path)
+  d = clue.data(config)
+  assert set(d.splits) == {"train", "dev"}
+  assert d.vocab.id("<sep>") not in d.splits["train"]["inputs"]  # no separator in a single text
+  assert "花" in d.vocab and d.splits["train"]["targets"].tolist()[:4] == [0, 1, 2, 0]
+  with pytest.raises(ValueError, match="no test split"):
+    list(task.eval_data(config, "test"))
+
+
+def test_mlm_batches_mask_dynamically_and_never_the_separator(tmp_path):
+  task, config = _config("afqmc", afqmc_dir(tmp_path), tmp_path, variant="mlm",
+                         mask_prob=0.5)
+  d = clue.data(config)
+  it = task.train_data(config)
+  assert it.num_examples == 24 + 10 + 7   # train + dev + test inputs
+  batches = [next(it) for _ in range(20)]
+  sep = d.vocab.id("<sep>")
+  for b in batches:
+    real = np.arange(b["inputs"].shape[1])[None] < b["lengths"][:, None]
+    assert not np.any(b["weights"][~real])
+    assert not np.any(b["weights"][b["targets"] == sep])
+    np.testing.assert_array_equal(b["inputs"][b["weights"] == 0], b["targets"][b["weights"] == 0])
+    assert np.all(b["inputs"][b["weights"] > 0] >= 3)  # replacements are never specials
+  # A new mask every epoch: the same example in epochs 0 and 1 (10 batches of 4 = 40 rows
+  # reach into epoch 1 at row 41) gets two different masks.
+  masks = {}
+  for step in range(22):
+    idx, ep = it.indices(step), it.epochs(step)
+    b = it.make_batch(idx, ep)
+    for r, (i, e) in enumerate(zip(idx, ep)):
+      masks.setdefault(int(i), {})[int(e)] = b["weights"][r][:b["lengths"][r]].tobytes()
+  twice = [m for m in masks.values() if len(m) == 2]
+  assert twice and any(m[0] != m[1] for m in twice)
+  # Resumable: a fresh iterator set to the state gives the same batch.
+  state = it.get_state()
+  again = task.train_data(config)
+  again.set_state(state)
+  b1, b2 = next(it), next(again)
+  for k in b1:
+    np.testing.assert_array_equal(b1[k], b2[k])
+
+
+def test_multi_margin_loss_against_its_definition():
+  rng = np.random.default_rng(0)
+  scores = rng.normal(size=(6, 4)).astype(np.float32)
+  labels = np.asarray([0, 3, 1, 2, -1, 3])
+  got = np.asarray(metrics.multi_margin_loss(jnp.asarray(scores), jnp.asarray(labels)))
+  for r in range(6):
+    y = labels[r]
+    want = 0.0 if y < 0 else sum(max(0.0, 1 - scores[r, y] + scores[r, j])
+                                 for j in range(4) if j != y) / 4
+    assert got[r] == pytest.approx(want, abs=1e-6)
+  # Gradient: only the violating classes move.
+  g = jax.grad(lambda s: metrics.multi_margin_loss(s, jnp.asarray([0]))[0])(
+      jnp.asarray([[5.0, 0.0, 4.5]]))
+  np.testing.assert_allclose(g, [[-1 / 3, 0.0, 1 / 3]], atol=1e-6)
+
+
+def test_classification_metrics_count_precision_and_recall_of_class_one():
+  logits = jnp.asarray([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 1.0]])
+  batch = {"targets": jnp.asarray([1, 1, 0, 0, 1]), "mask": jnp.asarray([1, 1, 1, 1, 0.0])}
+  loss, m = clue.loss_and_metrics(logits, batch)
+  assert [float(x) for x in m["accuracy"]] == [2, 4]
+  assert [float(x) for x in m["precision"]] == [1, 2]   # predicted 1: rows 0, 2
+  assert [float(x) for x in m["recall"]] == [1, 2]      # gold 1: rows 0, 1
+  assert float(loss) == pytest.approx(float(m["loss"][0]) / 4)
+  three = clue.loss_and_metrics(jnp.zeros((2, 3)), {"targets": jnp.asarray([0, 2])})[1]
+  assert "precision" not in three
+
+
+def test_mlm_loss_covers_every_real_position():
+  logits = jnp.log(jnp.asarray([[[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]]))
+  batch = {"targets": jnp.asarray([[0, 0, 1]]), "lengths": jnp.asarray([2]),
+           "weights": jnp.asarray([[0.0, 1.0, 0.0]])}
+  loss, m = clue.loss_and_metrics(logits, batch)
+  want = -(np.log(0.5) + np.log(0.9)) / 2   # position 2 is padding
+  assert float(loss) == pytest.approx(want, rel=1e-6)
+  assert [float(x) for x in m["masked_accuracy"]] == [1, 1]
+  assert float(m["masked_loss"][0]) == pytest.approx(-np.log(0.9), rel=1e-6)
+
+
+def test_config_errors_are_one_line(tmp_path):
+  folder = afqmc_dir(tmp_path)
+  task = tasks.get_task("afqmc")
+  bad = [({"objective": "seq2seq"}, r"config\.objective='seq2seq' must be one of"),
+         ({"mask_prob": 0.0}, r"config\.mask_prob=0\.0 must be in"),
+         ({"model.name": "lstmn"}, "lstmn"),
+         ({"word_vectors": "/nonexistent.txt"}, "is not a file"),
+         ({"early_stopping_patience": 0}, r"config\.early_stopping_patience=0")]
+  for fields, match in bad:
+    with pytest.raises(ValueError, match=match) as err:
+      _config("afqmc", folder, tmp_path, **fields)
+    assert "\n" not in str(err.value)
+  config = task.default_config()
+  config.objective = "mlm"            # config.model.objective follows it...
+  assert config.model.objective == "mlm"
+  config.model.objective = "classify"  # one field in two places
+  assert config.objective == "classify"
+  config = task.default_config()
+  config.evals.test = dict(type="loss", split="test", every=0, at_end=True, batches=0)
+  with pytest.raises(ValueError, match="test labels are private"):
+    task.validate_config(config)
+
+
+def test_cmnli_without_files_names_them(tmp_path):
+  task, config = _config("cmnli", str(tmp_path), tmp_path)
+  with pytest.raises(ValueError, match="train.json") as err:
+    task.train_data(config)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("model", ["starsaber", "transformer"])
+def test_pretrain_then_fine_tune_then_write_a_submission(tmp_path, model):
+  folder = afqmc_dir(tmp_path)
+  task, pre = _config("afqmc", folder, tmp_path, variant="mlm", **{"model.name": model})
+  summary = training.train_and_evaluate(pre, str(tmp_path / "pre"), task)
+  assert np.isfinite(summary["eval_loss"]) and "eval_masked_accuracy" in summary
+  _, fine = _config("afqmc", folder, tmp_path, init_from=str(tmp_path / "pre"),
+                    learning_rate=1e-12, num_steps=1, **{"model.name": model})
+  tuned = training.train_and_evaluate(fine, str(tmp_path / "fine"), task)
+  for key in ("embed", "encoder"):
+    found = [k for k in tuned["params"] if key in k.lower()]
+    assert found
+    for k in found:   # the pretrained parts arrive (one step of a learning rate ~0)
+      jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                   tuned["params"][k], summary["params"][k])
+  assert any(k not in summary["params"] for k in tuned["params"])  # the new head
+  assert 0 <= tuned["eval_accuracy"] <= 1 and "eval_precision" in tuned
+  step, rows = training.predict_checkpoint(fine, str(tmp_path / "fine"), task, "test")
+  out = task.submission(fine, rows)
+  assert step == 1 and [r["id"] for r in out] == list(range(100, 107))
+  assert all(r["label"] in ("0", "1") for r in out)
