@@ -22,7 +22,7 @@ An evaluator is ``Evaluator(predict_fn, *, data, mesh, prefix, **options)`` with
 
 from rumjax.evaluators.base import (EVALUATORS, COMMON_OPTIONS, Scheduled, build_evaluators,
                                     eval_entry, register_evaluator, validate_evals)
-from rumjax.evaluators import accuracy, loss, perplexity  # noqa: F401  (registers them)
+from rumjax.evaluators import accuracy, loss, perplexity, rouge  # noqa: F401  (registers them)
 
 __all__ = ["EVALUATORS", "COMMON_OPTIONS", "Scheduled", "build_evaluators", "eval_entry",
            "register_evaluator", "validate_evals"]

@@ -23,6 +23,14 @@ An evaluator is a class registered by name::
 * ``model_state``: ``None``, or a function of no argument giving the initial carried state
   (e.g. a language model's recurrent state, sharded like the batch);
 * ``state``: the :class:`~rumjax.training.state.TrainState` (``state.params``, ``step``).
+
+Host-side text functions: an evaluator class that sets ``uses_text_fns = True`` (e.g.
+``rouge``) also receives ``text_fns``, the task's ``text_fns(config)`` mapping (``{}`` when
+the task has none), and names the one it uses with its ``texts`` option. A text function
+``fn(batch, outputs) -> [(hypothesis, reference), ...]`` turns the host (NumPy) batch of
+this process and the host result of the predict function into one pair of texts per real
+row (``mask`` 1), sentences separated by ``"\n"``; it is plain Python, outside jit (e.g.
+mapping a pointer-generator's extended-vocabulary ids to the article's OOV words).
 """
 
 import dataclasses
@@ -72,13 +80,15 @@ def _entries(evals) -> list[tuple[str, dict]]:
   return [(name, dict(entry)) for name, entry in evals.items()]
 
 
-def validate_evals(evals, predict_names=None, splits=None) -> None:
+def validate_evals(evals, predict_names=None, splits=None, text_fn_names=None) -> None:
   """Checks ``config.evals``; ``ValueError`` naming the entry and the field.
 
   Args:
     evals: the ``config.evals`` mapping.
     predict_names: the predict functions available (``None``: not checked).
     splits: the task's evaluation splits (``None``: not checked).
+    text_fn_names: the task's text functions (``None``: not checked); an evaluator with
+      ``uses_text_fns`` must name one of them in its ``texts`` option.
   """
   for name, entry in _entries(evals):
     where = f"config.evals.{name}"
@@ -104,11 +114,21 @@ def validate_evals(evals, predict_names=None, splits=None) -> None:
     if predict_names is not None and pred not in predict_names:
       raise ValueError(f"{where}.pred={pred!r} is not a predict function of this task; "
                        f"known: {sorted(predict_names)}.")
+    if getattr(cls, "uses_text_fns", False):
+      known = "" if text_fn_names is None else f"; known: {sorted(text_fn_names)}"
+      texts = entry.get("texts")
+      if not isinstance(texts, str) or not texts:
+        raise ValueError(f"{where} has no 'texts' (the name of one of the task's text "
+                         f"functions, text_fns(config)){known}.")
+      if text_fn_names is not None and texts not in text_fn_names:
+        raise ValueError(f"{where}.texts={texts!r} is not a text function of this "
+                         f"task{known}.")
 
 
 def build_evaluators(evals, *, predict_fns: Mapping[str, Callable],
                      data_fn: Callable[[str, Optional[int]], Any], mesh,
-                     model_state_fn: Optional[Callable[[Optional[int]], Any]] = None
+                     model_state_fn: Optional[Callable[[Optional[int]], Any]] = None,
+                     text_fns: Optional[Mapping[str, Callable]] = None
                      ) -> list[Scheduled]:
   """The evaluators of ``config.evals``, in order.
 
@@ -119,8 +139,12 @@ def build_evaluators(evals, *, predict_fns: Mapping[str, Callable],
     mesh: the device mesh.
     model_state_fn: ``batch_size or None -> initial carried state`` (or ``None`` for a
       stateless model).
+    text_fns: the task's host-side text functions ``{name: fn(batch, outputs) ->
+      [(hypothesis, reference), ...]}`` (``None``: none), given as ``text_fns=`` to the
+      evaluators whose class sets ``uses_text_fns = True``.
   """
-  validate_evals(evals, predict_fns)
+  text_fns = dict(text_fns or {})
+  validate_evals(evals, predict_fns, text_fn_names=list(text_fns))
   out = []
   for name, entry in _entries(evals):
     cls = EVALUATORS.get(entry["type"])
@@ -129,6 +153,8 @@ def build_evaluators(evals, *, predict_fns: Mapping[str, Callable],
     state_fn = None
     if model_state_fn is not None:
       state_fn = lambda bs=batch_size: model_state_fn(bs)
+    if getattr(cls, "uses_text_fns", False):
+      options["text_fns"] = text_fns
     evaluator = cls(predict_fns[entry.get("pred") or cls.default_pred],
                     data=lambda s=split, bs=batch_size: data_fn(s, bs), mesh=mesh,
                     prefix=name, batches=entry.get("batches"), model_state=state_fn,

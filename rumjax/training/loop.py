@@ -211,7 +211,9 @@ def predict_fns(config, task, model) -> dict:
 
 
 def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]:
-  """The evaluators of ``config.evals`` on this task's data, sharded on ``mesh``."""
+  """The evaluators of ``config.evals`` on this task's data, sharded on ``mesh``; the
+  task's optional ``text_fns(config)`` (host-side ``fn(batch, outputs) -> [(hypothesis,
+  reference), ...]``) go to the evaluators that use them (``rouge``)."""
 
   def data_fn(split, batch_size):
     cfg = config
@@ -231,9 +233,10 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
         return None
       return jax.device_put(model_state, sharding_lib.batch_sharding(mesh))
 
+  text_fns = task.text_fns(config) if hasattr(task, "text_fns") else {}
   return evaluators_lib.build_evaluators(
       config.get("evals"), predict_fns=predict_fns(config, task, model), data_fn=data_fn,
-      mesh=mesh, model_state_fn=model_state_fn)
+      mesh=mesh, model_state_fn=model_state_fn, text_fns=text_fns)
 
 
 def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict):
