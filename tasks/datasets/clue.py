@@ -462,22 +462,14 @@ def prepare(task: str, manual_dir: str = "", data_dir: str = "") -> Clue:
       manual_dir)
   if manual_dir:
     root = find_root(manual_dir, task)
-    added = [s for s in (builder.info.metadata or {}).get("missing_splits", [])
-             if find_file(root, s) is not None]
-    if added:
-      logging.warning(f"CLUE {task}: {find_file(root, added[0])} is there now but the data "
-                      f"in {builder.data_dir} was prepared without it; delete that folder to "
-                      "rebuild with it.")
+    prepare_lib.warn_added_files(f"CLUE {task}", builder, lambda s: find_file(root, s))
   return builder
 
 
-def _text(b) -> str:
-  return b.decode("utf-8") if isinstance(b, bytes) else str(b)
-
-
 def _plain(row: Mapping) -> dict:
+  text = prepare_lib.text
   return {"index": int(row["index"]), "id": int(row["id"]),
-          "sentence1": _text(row["sentence1"]), "sentence2": _text(row["sentence2"]),
+          "sentence1": text(row["sentence1"]), "sentence2": text(row["sentence2"]),
           "label": int(row["label"])}
 
 
@@ -493,20 +485,9 @@ def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
   Raises:
     MissingSplitError: the split's file was missing when the data was prepared.
   """
-  if isinstance(source, tfds.core.DatasetBuilder):
-    if split is None:
-      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
-    _check_split(split)
-    if split not in source.info.splits:
-      raise MissingSplitError(missing_split_message(source, split))
-    source = source.as_data_source(split=split)
-  elif split is not None:
-    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
-                     "already (read_split(builder, split) or read_split(data_source)).")
-  n = len(source)
-  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
-      source[i] for i in range(n)]
-  return sorted((_plain(r) for r in rows), key=lambda r: r["index"])
+  return prepare_lib.read_rows(
+      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
+      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
 
 
 def load_splits(task: str, manual_dir: str = "", data_dir: str = "",

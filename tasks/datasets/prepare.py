@@ -1,9 +1,11 @@
-"""Preparing a TFDS builder from ``manual_dir`` or a download, safe for concurrent runs."""
+"""Preparing a TFDS builder from ``manual_dir`` or a download, safe for concurrent runs,
+and reading a prepared split back as plain dicts: the parts the builders share."""
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import tensorflow_datasets as tfds
+from absl import logging
 from etils import epath
 
 
@@ -71,3 +73,84 @@ def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
     raise FileNotFoundError(missing(
         manual_path, f"downloading failed ({type(err).__name__}: {str(err)[:200]}) and "
         f"manual_dir {manual_path} does not exist or is empty")) from err
+
+
+def warn_added_files(name: str, builder: tfds.core.DatasetBuilder,
+                     find_file: Callable[[str], Any]) -> None:
+  """Logs one line when the file of a split that was missing when ``builder``'s data was
+  prepared is there now.
+
+  TFDS never rebuilds prepared data, so without this line the new file would be ignored
+  silently; the line names it and says how to rebuild with it.
+
+  Args:
+    name: the data set as the builder's messages begin (``"SNLI"``, ``"CLUE tnews"``).
+    builder: a prepared builder whose metadata lists its ``"missing_splits"``.
+    find_file: ``split -> `` the split's file in the source folder, or ``None``.
+  """
+  added = [s for s in (builder.info.metadata or {}).get("missing_splits", [])
+           if find_file(s) is not None]
+  if added:
+    logging.warning(f"{name}: {find_file(added[0])} is there now but the data in "
+                    f"{builder.data_dir} was prepared without it; delete that folder to "
+                    "rebuild with it.")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def text(b) -> str:
+  """``b`` as ``str``: a data source gives a ``Text`` feature as UTF-8 ``bytes``."""
+  return b.decode("utf-8") if isinstance(b, bytes) else str(b)
+
+
+def split_source(source, split: Optional[str], *, splits: Sequence[str],
+                 check_split: Optional[Callable[[str], None]] = None,
+                 missing: Optional[Callable[[Any, str], Exception]] = None):
+  """The data source a builder's ``read_split(source, split)`` reads.
+
+  Args:
+    source: a prepared builder (then ``split`` is needed) or a data source (one split
+      already, so ``split`` must be ``None``); a data source is returned as it is.
+    split: the split to read from a builder.
+    splits: the builder's splits, named when ``split`` is missing.
+    check_split: raises for a name that is not a split (the builder's own message).
+    missing: ``(builder, split) -> `` the exception for a split that was not built (its
+      file was missing when the data was prepared); ``None``: TFDS's own error.
+  """
+  if isinstance(source, tfds.core.DatasetBuilder):
+    if split is None:
+      raise ValueError(f"read_split(builder) needs split=, one of {list(splits)}.")
+    if check_split is not None:
+      check_split(split)
+    if missing is not None and split not in source.info.splits:
+      raise missing(source, split)
+    return source.as_data_source(split=split)
+  if split is not None:
+    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
+                     "already (read_split(builder, split) or read_split(data_source)).")
+  return source
+
+
+def all_rows(source: Sequence[Mapping]) -> list:
+  """Every row of a data source, in its order: one ``__getitems__`` call when the source
+  has it (far faster than a read per row), else one ``source[i]`` per row."""
+  n = len(source)
+  if hasattr(source, "__getitems__"):
+    return source.__getitems__(list(range(n)))
+  return [source[i] for i in range(n)]
+
+
+def read_rows(source, split: Optional[str], *, splits: Sequence[str],
+              plain: Callable[[Mapping], dict], order: str = "index",
+              check_split: Optional[Callable[[str], None]] = None,
+              missing: Optional[Callable[[Any, str], Exception]] = None) -> list[dict]:
+  """The rows of a split as ``plain(row)`` dicts, sorted by their field ``order`` (a
+  stable sort: the file order the builders store there, whatever order TFDS reads in).
+
+  ``source``, ``split``, ``splits``, ``check_split`` and ``missing``: see
+  :func:`split_source`.
+  """
+  rows = all_rows(split_source(source, split, splits=splits, check_split=check_split,
+                               missing=missing))
+  return sorted((plain(r) for r in rows), key=lambda r: r[order])

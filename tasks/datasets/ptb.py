@@ -237,6 +237,12 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
       manual_dir)
 
 
+def _plain(row: Mapping) -> dict:
+  """A decoded TFDS row: ``int`` line index, the tokens as a ``str`` list."""
+  return {"line_index": int(row["line_index"]),
+          "tokens": prepare_lib.text(row["tokens"]).split(" ")}
+
+
 def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
                split: Optional[str] = None) -> list[list[str]]:
   """The tokens of every line of a split, in file order.
@@ -250,19 +256,8 @@ def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
   Returns:
     One list of tokens per line (no end-of-line token), ordered by ``line_index``.
   """
-  if isinstance(source, tfds.core.DatasetBuilder):
-    if split is None:
-      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
-    source = source.as_data_source(split=split)
-  elif split is not None:
-    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
-                     "already (read_split(builder, split) or read_split(data_source)).")
-  n = len(source)
-  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
-      source[i] for i in range(n)]
-  index = np.asarray([int(r["line_index"]) for r in rows], np.int64)
-  text = lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b)
-  return [text(rows[i]["tokens"]).split(" ") for i in np.argsort(index, kind="stable")]
+  rows = prepare_lib.read_rows(source, split, splits=SPLITS, plain=_plain, order="line_index")
+  return [row["tokens"] for row in rows]
 
 
 def load_splits(level: str, manual_dir: str = "", data_dir: str = "") -> dict[str, list]:

@@ -193,14 +193,10 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
       manual_dir)
 
 
-def _text(b) -> str:
-  return b.decode("utf-8") if isinstance(b, bytes) else str(b)
-
-
 def _plain(row: Mapping) -> dict:
   """A decoded TFDS row with ``str`` tokens and ``int`` labels."""
   ints = lambda xs: [int(x) for x in xs]
-  return {"index": int(row["index"]), "tokens": [_text(t) for t in row["tokens"]],
+  return {"index": int(row["index"]), "tokens": [prepare_lib.text(t) for t in row["tokens"]],
           "label": int(row["label"]), "span_starts": ints(row["span_starts"]),
           "span_ends": ints(row["span_ends"]), "span_labels": ints(row["span_labels"])}
 
@@ -214,18 +210,8 @@ def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
       (``builder.as_data_source(split)``).
     split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
   """
-  if isinstance(source, tfds.core.DatasetBuilder):
-    if split is None:
-      raise ValueError(f"read_split(builder) needs split=, one of {list(SPLITS)}.")
-    _check_split(split)
-    source = source.as_data_source(split=split)
-  elif split is not None:
-    raise ValueError(f"split={split!r} is only for a builder; a data source is one split "
-                     "already (read_split(builder, split) or read_split(data_source)).")
-  n = len(source)
-  rows = source.__getitems__(list(range(n))) if hasattr(source, "__getitems__") else [
-      source[i] for i in range(n)]
-  return sorted((_plain(r) for r in rows), key=lambda r: r["index"])
+  return prepare_lib.read_rows(source, split, splits=SPLITS, plain=_plain,
+                               check_split=_check_split)
 
 
 def load_splits(manual_dir: str = "", data_dir: str = "") -> dict[str, list[dict]]:
