@@ -1,0 +1,366 @@
+r"""TFDS builder for story / summary / title data (Science-Daily style) and the RUM paper's
+four summarization sub-tasks on it.
+
+Splits ``train`` / ``validation`` / ``test`` from ``train.jsonl`` / ``validation.jsonl`` /
+``test.jsonl`` in ``manual_dir`` (no download: there is no public archive), each optional.
+One JSON object per line with the fields ``story`` (paragraphs separated by a blank line,
+``"\n\n"``), ``summary`` and ``title``; each example::
+
+    {"index": 0,     # 0-based line of the story in its file (blank lines not counted)
+     "story": "Researchers have found ...\n\nThe team ...",
+     "summary": "A new study shows ...",
+     "title": "Bees use sun as compass"}     # "" when the line has no "title"
+
+``story`` and ``summary`` must be non-empty strings; ``title`` may be left out ("") unless
+the task is ``s2t`` (:func:`source_target` refuses an empty title). The texts are stored as
+written: lower-casing and tokenisation are the task's.
+
+The RUM paper's Science-Daily tasks (:data:`SUBTASKS`, :func:`source_target`):
+
+* ``s2s``: story -> summary;
+* ``sh2s``: the story with its paragraphs shuffled -> summary; the order is fixed per
+  example (:func:`shuffled_paragraphs`: ``np.random.default_rng([seed, index])``), so every
+  epoch and every run with the same seed sees the same shuffled story;
+* ``s2t``: story -> title;
+* ``oods2s``: story -> summary, as ``s2s``: out of domain is the evaluation data, not the
+  pairs. The task trains on one prepared dataset and evaluates on another (its config names
+  a second ``manual_dir``; each is prepared under its own config name, see :func:`prepare`).
+
+Missing splits: the builder builds the splits whose files are there and logs one line
+naming the missing files; :func:`read_split` of a split that was not built raises
+:class:`MissingSplitError`. No file at all is a one-line ``FileNotFoundError`` naming the
+folder and files. A malformed line raises :class:`StoriesFormatError` naming the file and
+line. The prepared data does not change when a file is added later: delete the prepared
+folder (the messages name it) to rebuild.
+
+Use (TensorFlow not needed)::
+
+    >>> from tasks.datasets import stories
+    >>> builder = stories.prepare("/data/sciencedaily", "/tmp/tfds")   # config "sciencedaily"
+    >>> train = stories.read_split(builder, "train")
+    >>> stories.source_target(train[0], "sh2s", seed=0)     # (shuffled story, summary)
+"""
+
+import json
+import re
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+from etils import epath
+
+from tasks.datasets import prepare as prepare_lib
+
+SPLITS = ("train", "validation", "test")
+FILE_NAMES = {s: f"{s}.jsonl" for s in SPLITS}
+FIELDS = ("story", "summary", "title")
+REQUIRED = ("story", "summary")   # non-empty strings; "title" may be missing ("")
+SUBTASKS = ("s2s", "sh2s", "s2t", "oods2s")
+PARAGRAPH_BREAK = "\n\n"
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+_NAME = re.compile(r"[^a-z0-9_]+")
+
+
+class StoriesFormatError(ValueError):
+  """A line that is not a story record; the message names the file and line."""
+
+
+class MissingSplitError(FileNotFoundError):
+  """A split whose file was missing when the data was prepared; the message names it."""
+
+
+def _check_split(split: str) -> None:
+  if split not in FILE_NAMES:
+    raise ValueError(f"split={split!r} is not a stories split; use one of {list(SPLITS)}.")
+
+
+def expected_file(root, split: str) -> str:
+  """``"<root>/<split>.jsonl"``: a split's file."""
+  _check_split(split)
+  return str(epath.Path(root) / FILE_NAMES[split])
+
+
+def find_file(root, split: str) -> Optional[epath.Path]:
+  """The file of ``split`` in ``root``, or None."""
+  path = epath.Path(expected_file(root, split))
+  return path if path.is_file() else None
+
+
+# --------------------------------------------------------------------------- sub-tasks
+
+
+def paragraphs(story: str) -> list[str]:
+  """The paragraphs of a story: its text split at blank lines (``"\n\n"``, blanks allowed in
+  the empty line), each stripped, empty ones dropped. A story without a blank line is one
+  paragraph; ``""`` has none."""
+  return [p.strip() for p in _BLANK_LINE.split(story.replace("\r\n", "\n")) if p.strip()]
+
+
+def shuffled_paragraphs(story: str, seed: int, index: int) -> str:
+  """The story with its paragraphs in a random order, joined by ``"\n\n"`` (the ``sh2s``
+  source).
+
+  The order is ``np.random.default_rng([seed, index]).permutation(n)`` of the ``n``
+  :func:`paragraphs`: the same for the same ``seed`` and example ``index`` (any run, any
+  epoch), independent between examples. It may be the original order (probability
+  ``1/n!``); a story of one paragraph is returned as that paragraph.
+
+  Args:
+    story: the story text.
+    seed: the task's seed (a non-negative integer).
+    index: the example's ``index`` (a non-negative integer).
+  """
+  if seed < 0 or index < 0:
+    raise ValueError(f"seed={seed} and index={index} must be non-negative.")
+  parts = paragraphs(story)
+  order = np.random.default_rng([int(seed), int(index)]).permutation(len(parts))
+  return PARAGRAPH_BREAK.join(parts[i] for i in order)
+
+
+def source_target(example: Mapping, subtask: str, seed: int = 0) -> tuple[str, str]:
+  """``(source_text, target_text)`` of an example for a sub-task (module docstring).
+
+  Args:
+    example: a dict of :func:`read_split` (``index``, ``story``, ``summary``, ``title``).
+    subtask: ``"s2s"``, ``"sh2s"``, ``"s2t"`` or ``"oods2s"``.
+    seed: ``sh2s``: the seed of :func:`shuffled_paragraphs` (others ignore it).
+
+  Raises:
+    ValueError: an unknown sub-task, or ``s2t`` of an example without a title.
+  """
+  if subtask not in SUBTASKS:
+    raise ValueError(f"subtask={subtask!r}; use one of {list(SUBTASKS)}.")
+  story, summary = str(example["story"]), str(example["summary"])
+  if subtask in ("s2s", "oods2s"):
+    return story, summary
+  if subtask == "sh2s":
+    return shuffled_paragraphs(story, seed, int(example["index"])), summary
+  title = str(example.get("title", ""))
+  if not title.strip():
+    raise ValueError(f"s2t: example {example.get('index')} has no title; s2t needs a "
+                     "\"title\" on every line of the data.")
+  return story, title
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> list[dict]:
+  """The examples of a ``.jsonl`` file's lines, in order (module docstring).
+
+  Returns:
+    One dict per non-blank line; ``index`` is its 0-based position among them.
+
+  Raises:
+    StoriesFormatError: naming ``source`` and the 1-based line (not UTF-8, not JSON, not an
+      object, a field that is missing, not a string or empty).
+  """
+  out, index = [], -1
+  for lineno, line in enumerate(lines, start=1):
+
+    def fail(msg):
+      raise StoriesFormatError(f"{source}, line {lineno}: {msg}; a stories line is one JSON "
+                               "object with the strings story, summary (and title).")
+
+    if isinstance(line, bytes):
+      try:
+        line = line.decode("utf-8")
+      except UnicodeDecodeError as err:
+        fail(f"not UTF-8 ({err})")
+    if lineno == 1:
+      line = line.lstrip("\ufeff")
+    if not line.strip():
+      continue
+    index += 1
+    try:
+      record = json.loads(line)
+    except ValueError as err:
+      fail(f"not JSON ({err})")
+    if not isinstance(record, dict):
+      fail(f"a JSON {type(record).__name__}, not an object")
+    for key in FIELDS:
+      if key not in record:
+        if key in REQUIRED:
+          fail(f"no field {key!r}")
+        continue
+      if not isinstance(record[key], str):
+        fail(f"field {key!r} is a {type(record[key]).__name__}, not a string")
+      if key in REQUIRED and not record[key].strip():
+        fail(f"field {key!r} is empty")
+    out.append({"index": index, "story": record["story"], "summary": record["summary"],
+                "title": record.get("title", "")})
+  return out
+
+
+def parse_file(path) -> list[dict]:
+  """:func:`parse_lines` of a file (UTF-8, a BOM allowed)."""
+  path = epath.Path(path)
+  with path.open("rb") as f:
+    return parse_lines(f, source=str(path))
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def no_files_message(root, *, reason: str) -> str:
+  """One line: ``reason`` and the files expected in ``root``."""
+  reason = " ".join(str(reason).splitlines())
+  wanted = ", ".join(expected_file(root, s) for s in SPLITS)
+  return (f"Stories: {reason}; expected (any of) {wanted}, one JSON object per line with "
+          "story (paragraphs separated by a blank line), summary and title. There is no "
+          "download: pass the folder as manual_dir.")
+
+
+def missing_splits_line(root, splits: Sequence[str]) -> str:
+  """One line: which splits are missing and where their files go."""
+  return (f"Stories: building {', '.join(s for s in SPLITS if s not in splits)} only; no "
+          f"{', '.join(splits)} split, file(s) missing: "
+          f"{', '.join(expected_file(root, s) for s in splits)}.")
+
+
+def config_name(manual_dir: str) -> str:
+  """The default config name of a data folder: its base name, lower-cased, runs of other
+  characters than ``a-z0-9_`` as ``_`` (``"../data/Science-Daily"`` -> ``"science_daily"``)."""
+  name = _NAME.sub("_", epath.Path(manual_dir).expanduser().resolve().name.lower()).strip("_")
+  return name or "stories"
+
+
+class StoriesConfig(tfds.core.BuilderConfig):
+  """One dataset (its name: the prepared data's folder, so that two datasets can share a
+  ``data_dir``)."""
+
+
+class Stories(tfds.core.GeneratorBasedBuilder):
+  """Story / summary / title jsonl files from ``manual_dir``; builds the splits whose
+  files exist."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "story/summary/title jsonl; missing splits skipped."}
+  BUILDER_CONFIGS = [StoriesConfig(name="stories", description="a stories dataset")]
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      "Pass as manual_dir a folder holding train.jsonl, validation.jsonl, test.jsonl (any "
+      "of them): one JSON object per line with story, summary and title.")
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict({
+            "index": np.int32,
+            "story": tfds.features.Text(),
+            "summary": tfds.features.Text(),
+            "title": tfds.features.Text(),
+        }),
+        supervised_keys=("story", "summary"),
+        # Written with the data: the source folder and the splits that were missing.
+        metadata=tfds.core.MetadataDict(),
+        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
+    )
+
+  def _split_generators(self, dl_manager):
+    try:
+      root = dl_manager.manual_dir   # AssertionError if missing or empty
+    except AssertionError:
+      path = getattr(dl_manager, "_manual_dir", None)
+      raise FileNotFoundError(no_files_message(
+          path, reason=f"manual_dir {path} does not exist or is empty")) from None
+    paths = {s: find_file(root, s) for s in SPLITS}
+    missing = [s for s, p in paths.items() if p is None]
+    if len(missing) == len(SPLITS):
+      raise FileNotFoundError(no_files_message(root, reason=f"no stories file in {root}"))
+    if missing:
+      logging.warning(missing_splits_line(root, missing))
+    examples = {s: parse_file(p) for s, p in paths.items() if p is not None}
+    self.info.metadata["source_dir"] = str(root)
+    self.info.metadata["missing_splits"] = missing
+    return {s: self._generate_examples(v) for s, v in examples.items()}
+
+  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
+    for ex in examples:
+      yield ex["index"], ex
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
+  """The splits a prepared builder holds, in :data:`SPLITS` order."""
+  return tuple(s for s in SPLITS if s in builder.info.splits)
+
+
+def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
+  """One line: ``split`` was not built, the file it needs, how to rebuild."""
+  root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
+  return (f"Stories {builder.builder_config.name} split {split!r} was not built: its file "
+          f"{expected_file(root, split)} was missing when the data was prepared in "
+          f"{builder.data_dir}; put the file there and delete that folder to rebuild "
+          f"(built: {list(available_splits(builder))}).")
+
+
+def prepare(manual_dir: str, data_dir: str = "", name: str = "") -> Stories:
+  """The prepared builder of the dataset in ``manual_dir`` (prepared in ``data_dir`` on
+  first use; safe for two runs that share ``data_dir``). Splits whose files are missing are
+  left out, with one logged line.
+
+  Args:
+    manual_dir: the folder with ``train.jsonl``, ``validation.jsonl``, ``test.jsonl`` (any
+      of them).
+    data_dir: where TFDS keeps the prepared data (``""``: ``~/tensorflow_datasets``).
+    name: the config name, under which the data is prepared (``""``: :func:`config_name`
+      of ``manual_dir``); two datasets need two names.
+
+  Raises:
+    FileNotFoundError: no split's file is there (one line naming the folder and files).
+    StoriesFormatError: naming the file and line of a malformed line.
+  """
+  if not manual_dir:
+    raise ValueError("stories.prepare needs manual_dir (the folder of train.jsonl, "
+                     "validation.jsonl, test.jsonl): there is no download.")
+  manual_dir = str(epath.Path(manual_dir).expanduser())
+  name = name or config_name(manual_dir)
+  config = (name if name == "stories" else
+            StoriesConfig(name=name, description=f"stories from {manual_dir}"))
+  builder = prepare_lib.prepare(
+      lambda: Stories(config=config, data_dir=str(epath.Path(data_dir).expanduser())
+                      if data_dir else None, file_format="array_record"),
+      manual_dir)
+  metadata = builder.info.metadata or {}
+  source = metadata.get("source_dir")
+  if source and epath.Path(source).resolve() != epath.Path(manual_dir).resolve():
+    logging.warning(f"Stories {name}: the data in {builder.data_dir} was prepared from "
+                    f"{source}, not {manual_dir}; give another name= (or delete that folder).")
+  prepare_lib.warn_added_files(f"Stories {name}", builder,
+                               lambda s: find_file(manual_dir, s))
+  return builder
+
+
+def _plain(row: Mapping) -> dict:
+  text = prepare_lib.text
+  return {"index": int(row["index"]), "story": text(row["story"]),
+          "summary": text(row["summary"]), "title": text(row["title"])}
+
+
+def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
+               split: Optional[str] = None) -> list[dict]:
+  """The examples of a split as plain dicts (module docstring), in file order.
+
+  Args:
+    source: a prepared :class:`Stories` builder (then give ``split``) or a data source
+      (``builder.as_data_source(split)``).
+    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
+
+  Raises:
+    MissingSplitError: the split's file was missing when the data was prepared.
+  """
+  return prepare_lib.read_rows(
+      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
+      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
+
+
+def load_splits(manual_dir: str, data_dir: str = "", splits: Optional[Sequence[str]] = None,
+                name: str = "") -> dict[str, list[dict]]:
+  """``{split: read_split(...)}`` of :func:`prepare`'s builder: the splits it holds
+  (``splits=None``) or ``splits`` (every one of them must have been built, else
+  :class:`MissingSplitError`)."""
+  builder = prepare(manual_dir, data_dir, name)
+  wanted = available_splits(builder) if splits is None else splits
+  return {s: read_split(builder, s) for s in wanted}
