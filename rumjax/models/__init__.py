@@ -11,6 +11,7 @@ from rumjax.models.sequence import (SequenceClassifier, SequenceTagger, TokenInp
 from rumjax.models import babi, lm  # noqa: F401  (register "sentence_qa", "lm")
 from rumjax.models import text_classifier  # noqa: F401  ("lstm", "lstmn", "lstmn_*")
 from rumjax.models import encoders  # noqa: F401
+from rumjax.models import pointer_generator  # noqa: F401
 from rumjax.models.fusion import DeepFusion, FusionOutputs, ShallowFusion
 from rumjax.models.lstmn import LSTMN, StackedLSTMN
 
