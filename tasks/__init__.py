@@ -18,7 +18,7 @@ from rumjax.registry import Registry
 TASKS = Registry("task")
 _CONTRACT = ("NAME", "default_config", "validate_config", "train_data", "eval_data",
              "build_model", "loss_and_metrics")
-_HELPERS = {"common", "clue"}  # modules of this package that are not tasks
+_HELPERS = {"common", "clue", "summarization"}  # modules of this package that are not tasks
 
 
 def _discover() -> None:

@@ -1,0 +1,161 @@
+"""A synthetic summarization task that exercises every part of the pointer-generator on a
+CPU in minutes (RUM paper §4 E's model; the task is ours).
+
+An article is 4-8 sentences of 5-9 words followed by ``.``; its words are drawn from
+``num_common`` frequent words (``"w0"``, ``"w1"``, ..., Zipf-distributed) and, one or two
+per sentence, from ``num_rare`` rare words (``"r0"``, ...; most of them occur too seldom to
+enter the decoder's vocabulary, ``vocab_size`` 200 by default, so they are article OOVs).
+One sentence, not the last, begins with the marker word ``key``: the summary is that
+sentence without the marker. So a model must find the marked sentence (attention to a
+position given by content) and copy its rare words (the pointer). Example::
+
+    article: w3 r8812 w0 w17 . key w5 r431 w2 w9 r77 . w1 w0 r5120 w4 w12 .
+    summary: w5 r431 w2 w9 r77 .
+
+Everything is a function of ``(seed, split, index)`` (NumPy's ``default_rng``), so any
+process builds the same data. Splits: ``train`` (``num_train``, 20,000), ``dev`` and
+``test`` (``num_eval`` each, 500). Sizes (CPU): embedding 64, hidden 128, batch 32, Adam
+1e-3 (the paper's Adagrad 0.15 is the ``cnn_dailymail`` setting), 60 encoder / 12 decoder
+steps, beam 4, no ``min_len``. Variants ``lead``, ``encrum``, ``decrum``, ``allrum`` set the
+encoder and decoder cells; ``--config.model.coverage=True`` (with ``init_from``) adds
+coverage. Metrics: ``eval_loss`` / ``eval_accuracy`` (teacher forced, dev, every
+``eval_every``); ``test_rouge1``, ``test_rouge2``, ``test_rougeLsum`` (F1, %, beam search,
+at the end); ``lead3_rouge*`` (the extractive baseline).
+"""
+
+import functools
+from typing import Optional
+
+import numpy as np
+
+from tasks import common
+from tasks import summarization as summ
+
+NAME = "summ_synthetic"
+VARIANTS = summ.CONFIGURATIONS
+EVAL_SPLITS = ("dev", "test")
+MARKER = "key"
+SPLIT_SEEDS = {"train": 0, "dev": 1, "test": 2}
+
+
+def default_config(variant: Optional[str] = None):
+  """The synthetic task's config (module docstring); ``variant`` one of
+  :data:`VARIANTS` (``None``: ``lead``)."""
+  if variant is not None and variant not in VARIANTS:
+    raise ValueError(f"unknown {NAME} variant {variant!r}; known variants are "
+                     f"{list(VARIANTS)} (or None for lead).")
+  configuration = variant or "lead"
+  c = common.base_config(NAME, variant)
+  summ.add_common_fields(c, configuration)
+  c.num_train = 20_000
+  c.num_eval = 500
+  c.num_common = 100
+  c.num_rare = 20_000
+  c.vocab_size = 200
+  c.max_oovs = 20
+  c.max_enc_steps = 80
+  c.max_dec_steps = 12
+  c.min_dec_steps = 0
+  c.max_decode_steps = 12
+  c.optimizer = "adam"
+  c.learning_rate = 1e-3
+  c.adagrad_init = 0.1
+  c.grad_clip = 2.0
+  c.batch_size = 32
+  c.num_steps = 5000
+  c.eval_every = 500
+  c.checkpoint_every = 500
+  c.log_every = 100
+  c.model = summ.model_config(configuration, embed_dim=64, hidden_size=128)
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=4)
+  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
+  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
+  return c
+
+
+def validate_config(config) -> None:
+  """Raises ``ValueError`` naming the first bad field."""
+  common.check_task(config, NAME, VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
+  summ.validate_fields(config)
+  for field, low in (("num_train", 1), ("num_eval", 1), ("num_common", 10),
+                     ("num_rare", 1)):
+    common.check_int(config, field, low)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def make_example(rng: np.random.Generator, *, num_common: int, num_rare: int) -> dict:
+  """One article and its summary (module docstring) from ``rng``."""
+  ranks = np.arange(1, num_common + 1)
+  zipf = (1.0 / ranks) / np.sum(1.0 / ranks)
+  num_sentences = int(rng.integers(4, 9))
+  marked = int(rng.integers(0, num_sentences - 1))
+  sentences = []
+  for s in range(num_sentences):
+    length = int(rng.integers(5, 10))
+    words = [f"w{int(i)}" for i in rng.choice(num_common, size=length, p=zipf)]
+    for pos in rng.choice(length, size=int(rng.integers(1, 3)), replace=False):
+      words[int(pos)] = f"r{int(rng.integers(num_rare))}"
+    sentences.append(words + ["."])
+  summary = [list(sentences[marked])]
+  sentences[marked] = [MARKER] + sentences[marked]
+  return {"article": [t for s in sentences for t in s], "summary": summary,
+          "article_sentences": sentences}
+
+
+def examples(config, split: str) -> list:
+  """The ``split``'s examples, a function of ``(seed, split, index)`` only."""
+  n = config.num_train if split == "train" else config.num_eval
+  return [make_example(np.random.default_rng([config.seed, SPLIT_SEEDS[split], i]),
+                       num_common=config.num_common, num_rare=config.num_rare)
+          for i in range(n)]
+
+
+@functools.lru_cache(maxsize=2)
+def _data(seed, num_train, num_eval, num_common, num_rare, vocab_size, max_enc, max_dec):
+  cfg = type("C", (), dict(seed=seed, num_train=num_train, num_eval=num_eval,
+                           num_common=num_common, num_rare=num_rare))
+  return summ.encode({s: examples(cfg, s) for s in ("train", "dev", "test")},
+                     vocab_size=vocab_size, max_enc_steps=max_enc, max_dec_steps=max_dec)
+
+
+def data(config) -> summ.Data:
+  """The encoded splits of ``config`` (built once per process)."""
+  return _data(config.seed, config.num_train, config.num_eval, config.num_common,
+               config.num_rare, config.vocab_size, config.max_enc_steps,
+               config.max_dec_steps)
+
+
+def train_data(config, *, process_index: int = 0, process_count: int = 1):
+  return summ.train_batches(config, data(config), process_index=process_index,
+                            process_count=process_count)
+
+
+def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
+  if split not in EVAL_SPLITS:
+    raise ValueError(f"unknown {NAME} split {split!r}; known splits are {list(EVAL_SPLITS)}.")
+  return summ.eval_split_batches(config, data(config), split, process_index=process_index,
+                                 process_count=process_count)
+
+
+def build_model(config):
+  return summ.build_model(config, data(config))
+
+
+loss_and_metrics = summ.loss_and_metrics
+
+
+def predict_fns(config, model) -> dict:
+  return summ.predict_fns(config, model, data(config))
+
+
+def text_fns(config) -> dict:
+  return summ.text_fns(config, data(config))
+
+
+def to_text(config, batch, row: int = 0) -> str:
+  """A batch row as ``article -> summary``."""
+  ex = data(config).example(batch["key"][row])
+  return f"{' '.join(ex['article'])} -> {summ.reference_text(ex)}"

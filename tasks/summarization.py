@@ -1,0 +1,304 @@
+"""What the summarization tasks share (RUM paper, TACL 2019, §4 E; See et al. 2017): the
+pointer-generator's batches, loss, beam decoder and ROUGE texts. Not a task itself:
+``summ_synthetic`` (and the data-backed tasks to come) bind it to their examples.
+
+An example is ``{"article": [tokens], "summary": [[tokens of sentence 1], ...],
+"article_sentences": [[tokens], ...]}`` (lower-cased words). From the training examples:
+a vocabulary of the ``vocab_size`` most frequent words (``<pad>`` 0, ``<unk>`` 1, ``<s>``,
+``</s>`` included; 50k in the paper). Per example (See et al.'s ``Example``):
+
+* ``article`` <int32>[S]: the first ``max_enc_steps`` tokens, OOV -> ``<unk>``;
+  ``article_ext``: the same over the article-extended vocabulary (its k-th OOV is
+  ``vocab_size + k``, :meth:`Vocabulary.encode_extended`); ``article_lengths``;
+* ``dec_inputs`` <int32>[T] = ``<s>`` + summary and ``targets`` = summary + ``</s>``
+  (the summary's OOVs that occur in the article get their extended ids, others
+  ``<unk>``), cut to ``max_dec_steps`` (no ``</s>`` when cut, as the reference);
+  ``target_lengths``;
+* ``key`` <int32>: ``split code * 2^24 + index``, so host code finds the example's text and
+  OOVs (text cannot ride in a sharded batch); ``coverage_weight`` <float32>: the coverage
+  loss weight of the run (``cov_loss_wt`` if ``model.coverage`` else 0), so the loss needs
+  no config.
+
+Loss: the token-mean of ``-log(P(gold) + eps)`` (NaN-proof) plus ``coverage_weight`` x the
+coverage loss ``sum_i min(a_i, c_i)`` averaged over the real decoder steps
+(:mod:`rumjax.models.pointer_generator`). Decoding: :func:`rumjax.decoding.beam_search`
+(``beam_size`` 4, ``min_len``, ``max_len``, top-2k expansion inside the search, finished
+hypotheses ranked by average log-probability), the state carries the decoder's carry,
+context and coverage. ROUGE (:mod:`rumjax.evaluators.rouge`): the decoded ids back to words
+(extended ids -> the article's OOVs), ``</s>`` and after dropped, compared with the
+reference summary sentences (one per line, for ``rougeLsum``); ``lead3``: the first three
+article sentences.
+"""
+
+from typing import Any, Mapping, Sequence
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from rumjax import decoding
+from rumjax.models import build_model as build_registered
+from rumjax.models import pointer_generator as pg
+from tasks import common
+from tasks.data import ShuffledBatches, eval_batches
+from tasks.text import summaries as summaries_lib
+from tasks.text.vocabulary import Vocabulary
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
+KEY_SHIFT = 1 << 24
+CELLS = {"lead": ("lstm", "lstm"), "encrum": ("rum", "lstm"), "decrum": ("lstm", "rum"),
+         "allrum": ("rum", "rum")}
+CONFIGURATIONS = tuple(CELLS)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def model_config(configuration: str, **fields) -> ml_collections.ConfigDict:
+  """``config.model`` of a pointer-generator in ``configuration`` (LEAD = LSTM encoder and
+  decoder, encRUM, decRUM, allRUM) at the paper's sizes unless ``fields`` say otherwise."""
+  encoder, decoder = CELLS[configuration]
+  m = ml_collections.ConfigDict(dict(
+      name="pointer_generator", encoder_cell=encoder, decoder_cell=decoder, embed_dim=128,
+      hidden_size=256, pointer=True, coverage=False, lam=0, eta=None, activation="relu",
+      update_gate=True))
+  m.update(fields)
+  return m
+
+
+def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
+  """The summarization fields of a task config (the RUM paper's / See et al.'s values)."""
+  c.configuration = configuration
+  c.vocab_size = 50_000
+  c.max_oovs = 100
+  c.max_enc_steps = 400
+  c.max_dec_steps = 100
+  c.beam_size = 4
+  c.min_dec_steps = 35
+  c.max_decode_steps = 120
+  c.cov_loss_wt = 1.0
+  c.optimizer = "adagrad"
+  c.learning_rate = 0.15
+  c.adagrad_init = 0.1
+  c.grad_clip = 2.0
+  c.batch_size = 16
+
+
+def validate_fields(config) -> None:
+  """``ValueError`` naming the first bad summarization field."""
+  if config["configuration"] not in CONFIGURATIONS:
+    raise ValueError(f"config.configuration={config['configuration']!r} must be one of "
+                     f"{list(CONFIGURATIONS)}.")
+  for field, low in (("vocab_size", 5), ("max_oovs", 0), ("max_enc_steps", 1),
+                     ("max_dec_steps", 1), ("beam_size", 1), ("min_dec_steps", 0),
+                     ("max_decode_steps", 1)):
+    common.check_int(config, field, low)
+  if config["min_dec_steps"] > config["max_decode_steps"]:
+    raise ValueError(f"config.min_dec_steps={config['min_dec_steps']} must be <= "
+                     f"config.max_decode_steps={config['max_decode_steps']}.")
+  if not config["cov_loss_wt"] >= 0:
+    raise ValueError(f"config.cov_loss_wt={config['cov_loss_wt']!r} must be >= 0.")
+  m = config.model
+  if m.name != "pointer_generator":
+    raise ValueError(f"config.model.name={m.name!r}: summarization needs "
+                     "'pointer_generator'.")
+  from rumjax.cells import cell_names
+  for field in ("encoder_cell", "decoder_cell"):
+    if m[field] not in cell_names():
+      raise ValueError(f"config.model.{field}={m[field]!r} is not a registered cell; known: "
+                       f"{cell_names()}.")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class Data:
+  """The vocabulary and the encoded splits of a summarization data set.
+
+  Attributes:
+    vocab: the :class:`Vocabulary` (``vocab_size`` entries at most).
+    splits: ``{split: {"article", "article_ext", "article_lengths", "dec_inputs",
+      "targets", "target_lengths", "key"}}`` NumPy arrays.
+    examples: ``{split: [example dicts]}`` (module docstring) with their ``"oovs"``.
+  """
+
+  def __init__(self, vocab, splits, examples):
+    self.vocab, self.splits, self.examples = vocab, splits, examples
+
+  def size(self, split: str) -> int:
+    return len(self.examples[split])
+
+  def example(self, key: int) -> dict:
+    code, index = divmod(int(key), KEY_SHIFT)
+    split = {v: k for k, v in SPLIT_CODES.items()}[code]
+    return self.examples[split][index]
+
+
+def summary_tokens(example: Mapping[str, Any]) -> list:
+  return [t for sentence in example["summary"] for t in sentence]
+
+
+def encode(examples: Mapping[str, Sequence[dict]], *, vocab_size: int, max_enc_steps: int,
+           max_dec_steps: int) -> Data:
+  """Encodes every split (module docstring); the vocabulary from ``examples["train"]``."""
+  vocab = Vocabulary.build(
+      ([*ex["article"], *summary_tokens(ex)] for ex in examples["train"]),
+      max_size=vocab_size, pad=PAD, unk=UNK, bos=BOS, eos=EOS)
+  splits, kept = {}, {}
+  for split, exs in examples.items():
+    n = len(exs)
+    s_max = max(1, min(max_enc_steps, max((len(ex["article"]) for ex in exs), default=1)))
+    arrays = {"article": np.zeros((n, s_max), np.int32),
+              "article_ext": np.zeros((n, s_max), np.int32),
+              "article_lengths": np.zeros((n,), np.int32),
+              "dec_inputs": np.zeros((n, max_dec_steps), np.int32),
+              "targets": np.zeros((n, max_dec_steps), np.int32),
+              "target_lengths": np.zeros((n,), np.int32),
+              "key": SPLIT_CODES[split] * KEY_SHIFT + np.arange(n, dtype=np.int32)}
+    kept[split] = []
+    for i, ex in enumerate(exs):
+      article = list(ex["article"])[:max_enc_steps]
+      ext, oovs = vocab.encode_extended(article)
+      arrays["article"][i, :len(article)] = vocab.encode(article)
+      arrays["article_ext"][i, :len(article)] = ext
+      arrays["article_lengths"][i] = len(article)
+      summary = vocab.encode_with_oovs(summary_tokens(ex), oovs)
+      inputs = np.concatenate([[vocab.bos_id], summary])[:max_dec_steps]
+      targets = np.concatenate([summary, [vocab.eos_id]])[:max_dec_steps]
+      arrays["dec_inputs"][i, :len(inputs)] = inputs
+      arrays["targets"][i, :len(targets)] = targets
+      arrays["target_lengths"][i] = len(targets)
+      kept[split].append({**ex, "oovs": oovs})
+    for v in arrays.values():
+      v.flags.writeable = False
+    splits[split] = arrays
+  return Data(vocab, splits, kept)
+
+
+def batch_maker(arrays: Mapping[str, np.ndarray], coverage_weight: float):
+  """``idx -> batch`` of rows ``idx``, articles cut to the longest real one."""
+
+  def make(idx):
+    batch = {k: v[idx] for k, v in arrays.items()}
+    width = max(1, int(batch["article_lengths"].max()))
+    for k in ("article", "article_ext"):
+      batch[k] = np.ascontiguousarray(batch[k][:, :width])
+    batch["coverage_weight"] = np.full((len(idx),), coverage_weight, np.float32)
+    return batch
+
+  return make
+
+
+def coverage_weight(config) -> float:
+  return float(config.cov_loss_wt) if config.model.coverage else 0.0
+
+
+def train_batches(config, d: Data, *, process_index: int = 0,
+                  process_count: int = 1) -> ShuffledBatches:
+  """Endless shuffled training batches, deterministic in ``(seed, step)``, resumable."""
+  return ShuffledBatches(d.size("train"), batch_maker(d.splits["train"],
+                                                      coverage_weight(config)),
+                         seed=config.seed, batch_size=config.batch_size,
+                         process_index=process_index, process_count=process_count)
+
+
+def eval_split_batches(config, d: Data, split: str, *, process_index: int = 0,
+                       process_count: int = 1):
+  """A split's examples in order, each once (padded rows of the last batch: mask 0)."""
+  if split not in d.splits:
+    raise ValueError(f"unknown split {split!r}; this data has {sorted(d.splits)}.")
+  return eval_batches(d.size(split), batch_maker(d.splits[split], coverage_weight(config)),
+                      batch_size=config.batch_size, process_index=process_index,
+                      process_count=process_count)
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def build_model(config, d: Data):
+  """The pointer-generator of ``config.model`` over ``d``'s vocabulary."""
+  return build_registered(config.model, vocab_size=len(d.vocab), max_oovs=config.max_oovs,
+                          unk_id=d.vocab.unk_id)
+
+
+def loss_and_metrics(outputs, batch):
+  """``nll + coverage_weight * coverage_loss`` and the metrics ``loss``, ``nll``,
+  ``coverage_loss`` (per real decoder step) and ``accuracy`` (argmax of the final
+  distribution equals the target), as ``(sum, count)`` pairs over real rows."""
+  targets = batch["targets"]
+  rows = batch.get("mask", jnp.ones(targets.shape[:1], jnp.float32))
+  steps = (jnp.arange(targets.shape[1])[None] < batch["target_lengths"][:, None]) * rows[:, None]
+  gold = jnp.take_along_axis(outputs["probs"], targets[..., None], axis=-1)[..., 0]
+  nll = -jnp.log(gold + pg.PROB_EPS)
+  cov = jnp.sum(jnp.minimum(outputs["attention"], outputs["coverage"]), axis=-1)
+  n = jnp.sum(steps)
+  weight = batch["coverage_weight"][:, None]
+  total = jnp.sum((nll + weight * cov) * steps)
+  correct = jnp.sum((jnp.argmax(outputs["probs"], axis=-1) == targets) * steps)
+  metrics = {"loss": (total, n), "nll": (jnp.sum(nll * steps), n),
+             "coverage_loss": (jnp.sum(cov * steps), n), "accuracy": (correct, n)}
+  return total / jnp.maximum(n, 1.0), metrics
+
+
+def decoder(config, model, d: Data, *, beam_size: int):
+  """``fn(params, batch, model_state) -> ({"sequences": <int>[B, L]}, model_state)``: the
+  best hypothesis of a beam search of ``beam_size`` (1: greedy)."""
+  bos, eos = d.vocab.bos_id, d.vocab.eos_id
+
+  def decode(params, batch, model_state):
+    fn, init = pg.make_tokens_to_logits(model, params, batch)
+    kwargs = dict(batch_size=batch["article"].shape[0], bos_id=bos, eos_id=eos,
+                  max_len=config.max_decode_steps, min_len=config.min_dec_steps)
+    if beam_size == 1:
+      seqs, _ = decoding.greedy_search(fn, init, **kwargs)
+    else:
+      seqs, _ = decoding.beam_search(fn, init, beam_size=beam_size,
+                                     length_normalization="average", **kwargs)
+      seqs = seqs[:, 0]
+    return {"sequences": seqs}, model_state
+
+  return decode
+
+
+def predict_fns(config, model, d: Data) -> dict:
+  """``"beam"`` (``config.beam_size``) and ``"greedy"`` decoders."""
+  return {"beam": decoder(config, model, d, beam_size=config.beam_size),
+          "greedy": decoder(config, model, d, beam_size=1)}
+
+
+# ------------------------------------------------------------------------- texts
+
+
+def decoded_words(ids, vocab: Vocabulary, oovs: Sequence[str]) -> list:
+  """Decoded ids as words: extended ids -> the article's OOVs, stop at ``</s>``."""
+  return vocab.to_tokens(np.asarray(ids), oovs=oovs)
+
+
+def reference_text(example) -> str:
+  return "\n".join(" ".join(s) for s in example["summary"])
+
+
+def text_fns(config, d: Data) -> dict:
+  """``"summary"``: (decoded summary, reference) of each real row; ``"lead3"``: (the first
+  three article sentences, reference)."""
+
+  def rows(batch):
+    return [int(k) for k, m in zip(batch["key"], batch["mask"]) if m > 0]
+
+  def summary(batch, outputs):
+    seqs = np.asarray(outputs["sequences"])
+    out = []
+    for r, (key, m) in enumerate(zip(batch["key"], batch["mask"])):
+      if m > 0:
+        ex = d.example(key)
+        words = decoded_words(seqs[r], d.vocab, ex["oovs"])
+        out.append((" ".join(words), reference_text(ex)))
+    return out
+
+  def lead3(batch, outputs):
+    del outputs
+    return [(summaries_lib.lead([" ".join(s) for s in d.example(k)["article_sentences"]], 3),
+             reference_text(d.example(k))) for k in rows(batch)]
+
+  return {"summary": summary, "lead3": lead3}

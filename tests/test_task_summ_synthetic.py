@@ -1,0 +1,78 @@
+"""The synthetic summarization task: its examples against the definition, the pointer-generator
+batches (extended ids of article OOVs), the texts the ROUGE evaluator scores, config checks."""
+
+import numpy as np
+import pytest
+
+import tasks
+from rumjax.evaluators import rouge
+from tasks import summ_synthetic, summarization
+
+
+def _config(**fields):
+  c = summ_synthetic.default_config("decrum")
+  c.update(num_train=64, num_eval=8, batch_size=4, **fields)
+  summ_synthetic.validate_config(c)
+  return c
+
+
+def test_examples_follow_the_definition():
+  c = _config()
+  for ex in summ_synthetic.examples(c, "test"):
+    sents = ex["article_sentences"]
+    marked = [i for i, s in enumerate(sents) if s[0] == summ_synthetic.MARKER]
+    assert len(marked) == 1 and marked[0] < len(sents) - 1
+    assert ex["summary"] == [sents[marked[0]][1:]]
+    assert ex["article"] == [t for s in sents for t in s]
+    assert 4 <= len(sents) <= 8 and all(s[-1] == "." for s in sents)
+  again = summ_synthetic.examples(c, "test")
+  assert again == summ_synthetic.examples(c, "test")            # (seed, split, index) only
+  assert again != summ_synthetic.examples(c, "dev")
+
+
+def test_batches_point_to_the_article_oovs():
+  c = _config()
+  d = summ_synthetic.data(c)
+  assert len(d.vocab) <= c.vocab_size
+  batch = next(iter(summ_synthetic.eval_data(c, "dev")))
+  V = len(d.vocab)
+  for r in range(4):
+    ex = d.example(batch["key"][r])
+    n = batch["article_lengths"][r]
+    assert n == len(ex["article"])
+    ext, base = batch["article_ext"][r][:n], batch["article"][r][:n]
+    np.testing.assert_array_equal(base[ext >= V], d.vocab.unk_id)
+    words = summarization.decoded_words(batch["targets"][r], d.vocab, ex["oovs"])
+    assert words == summarization.summary_tokens(ex)   # every summary word copyable
+    assert batch["dec_inputs"][r][0] == d.vocab.bos_id
+  assert any(len(d.example(k)["oovs"]) for k in batch["key"])  # rare words are OOVs
+
+
+def test_text_fns_give_rouge_100_for_the_reference_and_a_lead3_baseline():
+  c = _config()
+  d = summ_synthetic.data(c)
+  fns = summ_synthetic.text_fns(c)
+  batch = next(iter(summ_synthetic.eval_data(c, "test")))
+  pairs = fns["summary"](batch, {"sequences": batch["targets"]})
+  assert len(pairs) == 4 and all(h == r for h, r in pairs)
+  assert rouge.rouge_f1(pairs)["rouge1"] == pytest.approx(100.0)
+  lead = fns["lead3"](batch, None)
+  assert all(h.count("\n") == 2 for h, _ in lead)
+  del d
+
+
+def test_config_errors():
+  task = tasks.get_task("summ_synthetic")
+  assert task.VARIANTS == ("lead", "encrum", "decrum", "allrum")
+  assert task.default_config("encrum").model.encoder_cell == "rum"
+  for field, value, match in [("configuration", "bothrum", "configuration"),
+                              ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
+                              ("cov_loss_wt", -1.0, "cov_loss_wt")]:
+    c = task.default_config()
+    c[field] = value
+    with pytest.raises(ValueError, match=match):
+      task.validate_config(c)
+  c = task.default_config()
+  c.model.decoder_cell = "lstmx"
+  with pytest.raises(ValueError, match="not a registered cell"):
+    task.validate_config(c)
