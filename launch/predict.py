@@ -1,12 +1,17 @@
-r"""Writes a benchmark's submission file from a checkpoint: the predictions of a split (by
-default the unlabelled ``test`` split) as the task's jsonl rows.
+r"""Writes a split's predictions from a checkpoint as the task's jsonl rows: a benchmark's
+submission file, or decoded summaries next to their references.
 
     python -m launch.predict --workdir=/tmp/afqmc --best --output=/tmp/afqmc_predict.json
+    python -m launch.predict --workdir=/tmp/summ --split=test --pred=greedy \
+        --output=/tmp/summ_test_greedy.jsonl
 
 The config is the run's ``<workdir>/config.json`` (``--config.FIELD=VALUE`` overrides it);
 the task must have a ``submission(config, rows)`` function (the CLUE tasks: ``{"id": ...,
-"label": ...}`` per line, the format of www.cluebenchmark.com). Prints the step and the
-number of rows written.
+"label": ...}`` per line, the format of www.cluebenchmark.com; the summarization tasks:
+``{"split", "index", "decoded", "reference", "article"}``). ``--pred`` names the task's
+predict function (default: the task's ``SUBMISSION_PRED``, else ``"predict"``; the
+summarization tasks have ``"beam"`` and ``"greedy"``). Prints the step, the number of rows
+written and the rows per second (after the first batch, which includes compilation).
 """
 
 import json
@@ -21,6 +26,8 @@ from rumjax import utils
 
 flags.DEFINE_string("output", None, "The jsonl file to write.", required=True)
 flags.DEFINE_string("split", "test", "The split to predict.")
+flags.DEFINE_string("pred", None, "The task's predict function (default: the task's "
+                    "SUBMISSION_PRED, else 'predict').")
 FLAGS = flags.FLAGS
 
 
@@ -38,15 +45,18 @@ def main(argv):
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "
              "submission function); use launch.evaluate for its metrics.")
   workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  pred = FLAGS.pred or getattr(task, "SUBMISSION_PRED", "predict")
+  seconds = []
   try:
     task.validate_config(config)
     step, rows = training.predict_checkpoint(config, workdir, task, FLAGS.split,
-                                             step=FLAGS.step)
+                                             step=FLAGS.step, pred=pred, seconds=seconds)
     lines = task.submission(config, rows)
   except ValueError as err:
     sys.exit(f"error: {err}")
   utils.write_jsonl(FLAGS.output, lines)
-  print(json.dumps({"step": step, "rows": len(lines), "output": FLAGS.output}))
+  print(json.dumps({"step": step, "pred": pred, "rows": len(lines), "output": FLAGS.output,
+                    **utils.rows_per_second(rows, seconds)}))
 
 
 if __name__ == "__main__":

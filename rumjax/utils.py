@@ -1,5 +1,6 @@
 """Small helpers shared by the library and the command-line tools: JSON files written
-atomically, JSON-lines reading, parameter counting, and a log filter for orbax's chatter."""
+atomically, JSON-lines reading, parameter counting, prediction speed, and a log filter for
+orbax's chatter."""
 
 import json
 import os
@@ -46,6 +47,18 @@ def read_jsonl(path: str) -> list[dict]:
 def count_params(tree: Any) -> int:
   """The number of scalars in a parameter tree (arrays or ``ShapeDtypeStruct``s)."""
   return int(sum(x.size for x in jax.tree.leaves(tree)))
+
+
+def rows_per_second(rows, seconds) -> dict:
+  """The speed of a prediction pass (:func:`rumjax.training.predict_checkpoint`'s
+  ``(batch, outputs)`` rows and per-batch ``seconds``): ``rows_per_sec`` over the real rows
+  (``batch["mask"] > 0``) of every batch but the first (which includes compilation; None
+  when there is only one) and ``first_batch_sec``."""
+  real = [int((batch["mask"] > 0).sum()) if "mask" in batch else len(next(iter(
+      batch.values()))) for batch, _ in rows]
+  rest = sum(seconds[1:])
+  return {"rows_per_sec": sum(real[1:]) / rest if len(seconds) > 1 and rest > 0 else None,
+          "first_batch_sec": seconds[0] if seconds else None}
 
 
 class QuietOrbax:

@@ -36,6 +36,7 @@ VARIANTS = summ.CONFIGURATIONS
 EVAL_SPLITS = ("dev", "test")
 MARKER = "key"
 SPLIT_SEEDS = {"train": 0, "dev": 1, "test": 2}
+SUBMISSION_PRED = "beam"
 
 
 def default_config(variant: Optional[str] = None):
@@ -126,34 +127,6 @@ def data(config) -> summ.Data:
                config.max_dec_steps)
 
 
-def train_data(config, *, process_index: int = 0, process_count: int = 1):
-  return summ.train_batches(config, data(config), process_index=process_index,
-                            process_count=process_count)
-
-
-def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
-  if split not in EVAL_SPLITS:
-    raise ValueError(f"unknown {NAME} split {split!r}; known splits are {list(EVAL_SPLITS)}.")
-  return summ.eval_split_batches(config, data(config), split, process_index=process_index,
-                                 process_count=process_count)
-
-
-def build_model(config):
-  return summ.build_model(config, data(config))
-
-
+(train_data, eval_data, build_model, predict_fns, text_fns, submission,
+ to_text) = summ.task_functions(data, NAME, EVAL_SPLITS)
 loss_and_metrics = summ.loss_and_metrics
-
-
-def predict_fns(config, model) -> dict:
-  return summ.predict_fns(config, model, data(config))
-
-
-def text_fns(config) -> dict:
-  return summ.text_fns(config, data(config))
-
-
-def to_text(config, batch, row: int = 0) -> str:
-  """A batch row as ``article -> summary``."""
-  ex = data(config).example(batch["key"][row])
-  return f"{' '.join(ex['article'])} -> {summ.reference_text(ex)}"

@@ -30,7 +30,7 @@ reference summary sentences (one per line, for ``rougeLsum``); ``lead3``: the fi
 article sentences.
 """
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax.numpy as jnp
 import ml_collections
@@ -42,6 +42,7 @@ from rumjax.models import pointer_generator as pg
 from tasks import common
 from tasks.data import ShuffledBatches, eval_batches
 from tasks.text import summaries as summaries_lib
+from tasks.text import tokenizers
 from tasks.text.vocabulary import Vocabulary
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -50,6 +51,7 @@ KEY_SHIFT = 1 << 24
 CELLS = {"lead": ("lstm", "lstm"), "encrum": ("rum", "lstm"), "decrum": ("lstm", "rum"),
          "allrum": ("rum", "rum")}
 CONFIGURATIONS = tuple(CELLS)
+SENTENCE_ENDS = (".", "!", "?")
 
 
 # --------------------------------------------------------------------------- config
@@ -121,10 +123,13 @@ class Data:
     splits: ``{split: {"article", "article_ext", "article_lengths", "dec_inputs",
       "targets", "target_lengths", "key"}}`` NumPy arrays.
     examples: ``{split: [example dicts]}`` (module docstring) with their ``"oovs"``.
+    missing: ``{split: message}`` of the splits a task expected but the data lacks (set by
+      the task; :func:`eval_split_batches` raises the message).
   """
 
   def __init__(self, vocab, splits, examples):
     self.vocab, self.splits, self.examples = vocab, splits, examples
+    self.missing = {}
 
   def size(self, split: str) -> int:
     return len(self.examples[split])
@@ -206,6 +211,8 @@ def train_batches(config, d: Data, *, process_index: int = 0,
 def eval_split_batches(config, d: Data, split: str, *, process_index: int = 0,
                        process_count: int = 1):
   """A split's examples in order, each once (padded rows of the last batch: mask 0)."""
+  if split in d.missing:
+    raise ValueError(d.missing[split])
   if split not in d.splits:
     raise ValueError(f"unknown split {split!r}; this data has {sorted(d.splits)}.")
   return eval_batches(d.size(split), batch_maker(d.splits[split], coverage_weight(config)),
@@ -225,7 +232,14 @@ def build_model(config, d: Data):
 def loss_and_metrics(outputs, batch):
   """``nll + coverage_weight * coverage_loss`` and the metrics ``loss``, ``nll``,
   ``coverage_loss`` (per real decoder step) and ``accuracy`` (argmax of the final
-  distribution equals the target), as ``(sum, count)`` pairs over real rows."""
+  distribution equals the target), as ``(sum, count)`` pairs over real rows.
+
+  ``last_state_norm`` (the RUM paper's Figure 6b, "norm of the last hidden state"):
+  ``||s_{L-1}||_2``, the model's ``state_norm`` (the L2 norm of the decoder state, the
+  concatenated vector leaves of its carry) at each row's last real decoder step
+  ``L - 1`` (``L = target_lengths``), as ``(sum over real rows with L > 0, their
+  number)``; the loop logs it as ``train_last_state_norm``. Without ``state_norm`` in
+  ``outputs`` the metric is left out."""
   targets = batch["targets"]
   rows = batch.get("mask", jnp.ones(targets.shape[:1], jnp.float32))
   steps = (jnp.arange(targets.shape[1])[None] < batch["target_lengths"][:, None]) * rows[:, None]
@@ -238,6 +252,12 @@ def loss_and_metrics(outputs, batch):
   correct = jnp.sum((jnp.argmax(outputs["probs"], axis=-1) == targets) * steps)
   metrics = {"loss": (total, n), "nll": (jnp.sum(nll * steps), n),
              "coverage_loss": (jnp.sum(cov * steps), n), "accuracy": (correct, n)}
+  if "state_norm" in outputs:
+    lengths = jnp.asarray(batch["target_lengths"], jnp.int32)
+    last = jnp.clip(lengths - 1, 0, targets.shape[1] - 1)
+    norm = jnp.take_along_axis(outputs["state_norm"], last[:, None], axis=1)[:, 0]
+    real = rows * (lengths > 0)
+    metrics["last_state_norm"] = (jnp.sum(jnp.where(real > 0, norm, 0.0)), jnp.sum(real))
   return total / jnp.maximum(n, 1.0), metrics
 
 
@@ -279,9 +299,57 @@ def reference_text(example) -> str:
   return "\n".join(" ".join(s) for s in example["summary"])
 
 
+def token_sentences(tokens: Sequence[str]) -> list:
+  """Tokens cut into sentences after each ``.``, ``!`` or ``?`` token (See et al.'s
+  ``decode.py`` cuts decoded summaries at ``.`` before ROUGE); a rest without one is the
+  last sentence."""
+  out, current = [], []
+  for t in tokens:
+    current.append(t)
+    if t in SENTENCE_ENDS:
+      out.append(current)
+      current = []
+  return out + ([current] if current else [])
+
+
+def decoded_text(words: Sequence[str]) -> str:
+  """Decoded words as ROUGE-Lsum text: one sentence (:func:`token_sentences`) per line."""
+  return "\n".join(" ".join(s) for s in token_sentences(words))
+
+
+def text_example(article_sentences: Sequence[str], summary_sentences: Sequence[str]) -> dict:
+  """An example (module docstring) from raw text: each sentence lower-cased and tokenised
+  by :func:`tasks.text.tokenizers.treebank_words` (See et al. lower-case the
+  Stanford-tokenised text); sentences with no token are dropped (an empty article or
+  summary gives an empty list: the model and the loss cope with length 0)."""
+  article = [s for s in (tokenizers.treebank_words(x) for x in article_sentences) if s]
+  summary = [s for s in (tokenizers.treebank_words(x) for x in summary_sentences) if s]
+  return {"article": [t for s in article for t in s], "summary": summary,
+          "article_sentences": article}
+
+
+def submission(d: Data, rows) -> list:
+  """The rows of :func:`rumjax.training.predict_checkpoint` with a decoder's
+  ``"sequences"`` as jsonl records, decoded and reference summaries side by side:
+  ``{"split", "index", "decoded", "reference", "article"}`` (texts one sentence per line);
+  padded rows dropped."""
+  out = []
+  for batch, outputs in rows:
+    seqs = np.asarray(outputs["sequences"])
+    for r, (key, m) in enumerate(zip(batch["key"], batch["mask"])):
+      if m > 0:
+        ex = d.example(key)
+        code, index = divmod(int(key), KEY_SHIFT)
+        out.append({"split": {v: k for k, v in SPLIT_CODES.items()}[code], "index": index,
+                    "decoded": decoded_text(decoded_words(seqs[r], d.vocab, ex["oovs"])),
+                    "reference": reference_text(ex),
+                    "article": " ".join(ex["article"])})
+  return out
+
+
 def text_fns(config, d: Data) -> dict:
-  """``"summary"``: (decoded summary, reference) of each real row; ``"lead3"``: (the first
-  three article sentences, reference)."""
+  """``"summary"``: (decoded summary, reference) of each real row, one sentence per line
+  (:func:`decoded_text`); ``"lead3"``: (the first three article sentences, reference)."""
 
   def rows(batch):
     return [int(k) for k, m in zip(batch["key"], batch["mask"]) if m > 0]
@@ -293,7 +361,7 @@ def text_fns(config, d: Data) -> dict:
       if m > 0:
         ex = d.example(key)
         words = decoded_words(seqs[r], d.vocab, ex["oovs"])
-        out.append((" ".join(words), reference_text(ex)))
+        out.append((decoded_text(words), reference_text(ex)))
     return out
 
   def lead3(batch, outputs):
@@ -302,3 +370,48 @@ def text_fns(config, d: Data) -> dict:
              reference_text(d.example(k))) for k in rows(batch)]
 
   return {"summary": summary, "lead3": lead3}
+
+
+# ------------------------------------------------------------------ task functions
+
+
+class TaskFunctions(NamedTuple):
+  train_data: Callable
+  eval_data: Callable
+  build_model: Callable
+  predict_fns: Callable
+  text_fns: Callable
+  submission: Callable
+  to_text: Callable
+
+
+def task_functions(data: Callable[[Any], Data], name: str,
+                   eval_splits: Sequence[str]) -> TaskFunctions:
+  """The task contract's functions of a summarization task whose ``data(config)`` gives
+  its :class:`Data`: batches (:func:`train_batches`, :func:`eval_split_batches`; an
+  unknown split is a one-line error naming ``eval_splits``), the model, the beam/greedy
+  predict fns, the ROUGE texts, the decoded-vs-reference :func:`submission` rows and
+  ``to_text`` (``article -> summary``). A task binds them with one assignment."""
+
+  def train_data(config, *, process_index: int = 0, process_count: int = 1):
+    return train_batches(config, data(config), process_index=process_index,
+                         process_count=process_count)
+
+  def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
+    if split not in eval_splits:
+      raise ValueError(f"unknown {name} split {split!r}; known splits are "
+                       f"{list(eval_splits)}.")
+    return eval_split_batches(config, data(config), split, process_index=process_index,
+                              process_count=process_count)
+
+  def to_text(config, batch, row: int = 0) -> str:
+    ex = data(config).example(batch["key"][row])
+    return f"{' '.join(ex['article'])} -> {reference_text(ex)}"
+
+  return TaskFunctions(
+      train_data=train_data, eval_data=eval_data,
+      build_model=lambda config: build_model(config, data(config)),
+      predict_fns=lambda config, model: predict_fns(config, model, data(config)),
+      text_fns=lambda config: text_fns(config, data(config)),
+      submission=lambda config, rows: submission(data(config), rows),
+      to_text=to_text)

@@ -82,8 +82,8 @@ def test_help_documents_every_flag():
 
 @pytest.mark.parametrize("args,message", [
     (["--task=copyng"], "unknown task 'copyng'; known tasks are ['afqmc', 'babi', 'cmnli', "
-                        "'copying', 'ptb', 'recall', 'snli', 'sst', 'summ_synthetic', "
-                        "'tnews']; did you mean 'copying'?"),
+                        "'cnn_dailymail', 'copying', 'ptb', 'recall', 'snli', 'sst', "
+                        "'stories', 'summ_synthetic', 'tnews']; did you mean 'copying'?"),
     (["--cell=rnm"], "config.model.cell: unknown cell 'rnm'; known cells are ['eurnn'"),
     (["--config.model.lam=2"], "config.model.lam"),
     (["--config.nosuchfield=3"], "unknown config field 'nosuchfield' (top-level fields: "),

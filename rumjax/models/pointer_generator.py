@@ -87,6 +87,26 @@ Usage::
     >>> fn, init = make_tokens_to_logits(model, variables["params"], batch)
     >>> seqs, scores = rumjax.decoding.beam_search(fn, init, batch_size=B, beam_size=4, ...)
 
+Analysis (RUM paper, Figure 6; :mod:`rumjax.summ_analysis`):
+
+* ``"state_norm"`` <[B, T]>: ``||s_t||_2``, the L2 norm of the decoder state ``s_t`` (the
+  concatenated vector leaves of the carry, as in ``W_s s_t``) after step ``t``; computed
+  under ``stop_gradient`` (a diagnostic, never differentiated). The task's metric
+  ``last_state_norm`` reads it at each row's last real step (Figure 6b).
+* Intermediate gradients with :meth:`flax.linen.Module.perturb` (collection
+  ``"perturbations"``): ``"encoder_outputs"`` <[B, S, 2H]> is added to the encoder outputs
+  ``h_i`` (after padding is zeroed, before ``W_h h_i``: its gradient is the total
+  derivative through the attention features and the context), and
+  ``"decoder"/"decoder_outputs"`` <[B, T, H]> to the decoder output
+  ``V [o_t, h*_t] + b`` (See et al.'s decoder output, before ``V'``), one slice per step
+  (the decoder scan stacks the per-step variables on axis 1). No perturbation is created by
+  ``init``; ``model.apply({"params": p}, batch, mutable=["perturbations"])`` returns the
+  zeros, and ``jax.grad`` of the loss of ``model.apply({"params": p, "perturbations":
+  z}, batch)`` w.r.t. ``z`` gives ``d loss / d h_i`` and ``d loss / d output_t`` (Figure
+  6c,d). Without a ``"perturbations"`` collection (training, :func:`make_tokens_to_logits`,
+  beam search) ``perturb`` is the identity. The collection is for :meth:`__call__` only
+  (``decode_step`` would read one step's <[B, H]> slice).
+
 Parameters: ``embed`` (shared by the encoder and the decoder), ``encoder_fw/cell``,
 ``encoder_bw/cell``, ``reduce/component_<k>``, ``attn_encoder`` (``W_h``), and
 ``decoder/{input_merge, cell, attn_state (W_s, b_attn), attn_v, attn_coverage?,
@@ -163,6 +183,15 @@ def final_distribution(p_vocab: Array, attention: Array, p_gen: Array, article_e
   rows = jnp.arange(batch)[:, None]
   copy = (1.0 - p_gen)[:, None] * attention
   return gen.at[rows, article_ext].add(copy, mode="drop")
+
+
+def _perturb(module: nn.Module, name: str, value: Array) -> Array:
+  """``module.perturb(name, value)`` (``value`` plus the ``"perturbations"`` variable
+  ``name`` when that collection is passed; the identity otherwise), skipped by ``init`` so
+  the initial variables stay ``{"params"}`` (RUM paper, Figure 6c,d)."""
+  if module.is_initializing():
+    return value
+  return module.perturb(name, value)
 
 
 # --------------------------------------------------------------------------- losses
@@ -283,13 +312,17 @@ class AttentionDecoderStep(nn.Module):
   def __call__(self, state: Mapping[str, Any], inputs: Array):
     """``(state, inputs <float>[B, embed_dim]) -> (new_state, outputs)``, outputs
     ``{"probs" <[B, V + max_oovs]>, "attention" <[B, S]>, "coverage" <[B, S]> (before
-    this step), "p_gen" <[B]>}``."""
+    this step), "p_gen" <[B]>, "state_norm" <[B]>}``; ``state_norm`` is ``||s_t||_2``
+    of this step's new decoder state (the RUM paper's Figure 6b; no gradient). The
+    decoder output ``V [o_t, h*_t] + b`` is perturbed as ``"decoder_outputs"`` (Figure
+    6d; module docstring)."""
     enc_outputs, enc_features = state["enc_outputs"], state["enc_features"]
     mask, coverage = state["mask"], state["coverage"]
     x = nn.Dense(self.embed_dim, name="input_merge")(
         jnp.concatenate([inputs, state["context"]], axis=-1))
     carry, cell_out = self.cell(state["carry"], x)
     s = jnp.concatenate(vector_leaves(carry), axis=-1)
+    state_norm = jnp.linalg.norm(jax.lax.stop_gradient(s), axis=-1)
 
     features = enc_features + nn.Dense(enc_features.shape[-1], name="attn_state")(s)[:, None]
     if self.coverage:
@@ -303,6 +336,7 @@ class AttentionDecoderStep(nn.Module):
 
     output = nn.Dense(self.cell.features, name="attn_output")(
         jnp.concatenate([cell_out, context], axis=-1))
+    output = _perturb(self, "decoder_outputs", output)
     p_vocab = jax.nn.softmax(nn.Dense(self.vocab_size, name="vocab")(output), axis=-1)
     num_extended = self.vocab_size + self.max_oovs
     if self.pointer:
@@ -317,7 +351,7 @@ class AttentionDecoderStep(nn.Module):
       probs = jnp.pad(p_vocab, ((0, 0), (0, num_extended - self.vocab_size)))
     new_state = dict(state, carry=carry, context=context, coverage=coverage + attention)
     outputs = {"probs": probs, "attention": attention, "coverage": coverage,
-               "p_gen": p_gen}
+               "p_gen": p_gen, "state_norm": state_norm}
     return new_state, outputs
 
 
@@ -392,7 +426,9 @@ class PointerGenerator(nn.Module):
     Returns:
       The decoder state (see :class:`AttentionDecoderStep`), every leaf with leading
       axis B: the reduced carry, ``context`` 0, ``coverage`` 0, the encoder outputs and
-      features (zero at padding), the source mask and the extended ids.
+      features (zero at padding, plus the ``"encoder_outputs"`` perturbation when one is
+      passed: RUM paper Figure 6c, module docstring), the source mask and the extended
+      ids.
     """
     article = jnp.asarray(batch["article"], jnp.int32)
     bsz, steps = article.shape
@@ -413,6 +449,7 @@ class PointerGenerator(nn.Module):
         carry, initial) for carry in (fw_carry, bw_carry))
     enc_outputs = jnp.where(mask[..., None] > 0,
                             jnp.concatenate([fw_out, bw_out], axis=-1), 0.0)
+    enc_outputs = _perturb(self, "encoder_outputs", enc_outputs)   # Figure 6c
     enc_features = self.attn_encoder(enc_outputs)
     template = self.decoder.cell.initialize_carry(jax.random.key(0),
                                                   (bsz, self.embed_dim))
@@ -445,12 +482,17 @@ class PointerGenerator(nn.Module):
 
     Returns:
       ``{"probs": <float>[B, T, V + max_oovs], "attention": <float>[B, T, S],
-      "coverage": <float>[B, T, S] (before step t), "p_gen": <float>[B, T]}``.
+      "coverage": <float>[B, T, S] (before step t), "p_gen": <float>[B, T],
+      "state_norm": <float>[B, T] (``||s_t||_2``, RUM paper Figure 6b)}``.
+
+    The per-step ``"decoder_outputs"`` perturbations are stacked on axis 1 (the time
+    axis): ``perturbations["decoder"]["decoder_outputs"]`` <[B, T, H]> (Figure 6d).
     """
     del train
     state = self.encode(batch)
     xs = self._embed_base(batch["dec_inputs"])
     scan = nn.scan(_decoder_scan, variable_broadcast="params",
+                   variable_axes={"perturbations": 1},
                    split_rngs={"params": False}, in_axes=1, out_axes=1)
     _, outputs = scan(self.decoder, state, xs)
     return outputs
@@ -472,6 +514,8 @@ def make_tokens_to_logits(model: PointerGenerator, params: Mapping[str, Any],
     oovs=oovs)``) and ``init_state`` (leading axis B) from :meth:`PointerGenerator.encode`.
   """
   variables = params if "params" in params else {"params": params}
+  # Figure 6's perturbations are <[B, T, ...]> teacher-forcing variables: never decoded.
+  variables = {k: v for k, v in variables.items() if k != "perturbations"}
   init_state = model.apply(variables, batch, method=PointerGenerator.encode)
 
   def tokens_to_logits(tokens, state):

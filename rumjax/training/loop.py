@@ -262,7 +262,8 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
 def _check_metric(field: str, metric: str, evals) -> None:
   if not any(metric.startswith(ev.name + "_") for ev in evals):
     raise ValueError(f"config.{field}={metric!r} comes from no evaluator; "
-                     f"config.evals has {[ev.name for ev in evals]} (e.g. 'eval_accuracy').")
+                     f"config.evals has {[ev.name for ev in evals]}; a metric is "
+                     f"'<evaluator>_<name>', e.g. '{evals[0].name + '_loss' if evals else 'eval_loss'}'.")
 
 
 def _config_hooks(config, evals) -> list:
@@ -428,7 +429,8 @@ def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int
 
 
 def predict_checkpoint(config, workdir: str, task, split: str, *,
-                       step: Optional[int] = None, pred: str = "predict"):
+                       step: Optional[int] = None, pred: str = "predict",
+                       seconds: Optional[list] = None):
   """Runs the predict function ``pred`` of a checkpoint over a split (e.g. to write a
   benchmark's submission file from the unlabelled test split).
 
@@ -436,6 +438,8 @@ def predict_checkpoint(config, workdir: str, task, split: str, *,
     config, workdir, task, step: as :func:`evaluate_checkpoint`.
     split: a split of ``task.eval_data``.
     pred: a name of :func:`predict_fns` (``"predict"``: the model's outputs).
+    seconds: if a list, the wall time of each batch (prediction until its outputs are on
+      the host; the first includes compilation) is appended to it.
 
   Returns:
     ``(step, rows)``: ``rows`` is a list of ``(batch, outputs)`` pairs of host NumPy
@@ -455,9 +459,12 @@ def predict_checkpoint(config, workdir: str, task, split: str, *,
   rows = []
   for batch in task.eval_data(config, split, process_index=jax.process_index(),
                               process_count=jax.process_count()):
+    start = time.perf_counter()
     outputs, model_state = fns[pred](state.params, sharding_lib.shard_batch(batch, mesh),
                                      model_state)
     rows.append((batch, jax.tree.map(np.asarray, jax.device_get(outputs))))
+    if seconds is not None:
+      seconds.append(time.perf_counter() - start)
   return at, rows
 
 

@@ -1,0 +1,149 @@
+"""CNN/DailyMail summarization (RUM paper, TACL 2019, §4 E, Table 4; See et al. 2017): the
+pointer-generator of :mod:`tasks.summarization` on the non-anonymised stories.
+
+Data: :mod:`tasks.datasets.cnn_dailymail` (the ``.story`` files and url lists in
+``manual_dir``, or the download), splits ``train`` / ``dev`` (the release's
+``validation``) / ``test``. Text: every article sentence (:func:`tasks.text.summaries.
+split_sentences` of the cased text) and highlight lower-cased and tokenised
+(:func:`tasks.summarization.text_example`); the reference summary is the highlights, one
+per line. ``train_csv`` (optional) trains on a CSV with ``article`` and ``highlights``
+columns instead (the Hugging Face / Kaggle layout, e.g. the 100-row sample in
+``../shared/data/cnn_dailymail_sample/hf_train_sample100``); the builder's splits are then
+only evaluated. Builder options: ``allow_missing_stories`` and ``malformed_stories``
+(``"error"``, ``"skip"``, ``"keep"``: kept stories with no article train on an empty
+source, which the model and loss handle).
+
+The configuration is the paper's (:func:`tasks.summarization.add_common_fields`): hidden
+256, embedding 128, vocabulary 50k, 400/100 encoder/decoder steps, Adagrad 0.15
+(accumulator 0.1), batch 16, clip 2.0, beam 4 with ``min_dec_steps`` 35 and 120 decoding
+steps; variants ``lead``, ``encrum``, ``decrum``, ``allrum``. Coverage: continue a run with
+``--config.init_from=<workdir> --config.model.coverage=True`` (the coverage weight
+``w_c`` starts at zero; the loss adds ``cov_loss_wt`` x the coverage loss).
+
+Evaluators: ``eval`` (dev loss, every ``eval_every``), ``dev`` (ROUGE of beam search on the
+first ``rouge_batches`` dev batches, every ``rouge_every``; 0: at the end only), ``test``
+(ROUGE of beam search on test, at the end) and ``lead3`` (the LEAD-3 baseline on test).
+ROUGE-1/2/Lsum are F1 in percent (:mod:`rumjax.evaluators.rouge`, Google's
+``rouge-score``, stemming on). ``launch.predict`` writes decoded and reference summaries
+side by side (:func:`submission`).
+"""
+
+import csv
+import functools
+import os
+from typing import Optional
+
+import ml_collections
+
+from tasks import common
+from tasks import summarization as summ
+from tasks.text import summaries as summaries_lib
+
+NAME = "cnn_dailymail"
+VARIANTS = summ.CONFIGURATIONS
+EVAL_SPLITS = ("dev", "test")
+BUILDER_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+SUBMISSION_PRED = "beam"
+
+
+def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The paper's set-up (module docstring); ``variant`` one of :data:`VARIANTS`."""
+  if variant is not None and variant not in VARIANTS:
+    raise ValueError(f"unknown {NAME} variant {variant!r}; known variants are "
+                     f"{list(VARIANTS)} (or None for lead).")
+  configuration = variant or "lead"
+  c = common.base_config(NAME, variant)
+  summ.add_common_fields(c, configuration)
+  c.manual_dir = common.shared_data_dir("cnn_dailymail")
+  c.data_dir = ""
+  c.train_csv = ""
+  c.allow_missing_stories = False
+  c.malformed_stories = "error"
+  c.num_steps = 230_000
+  c.eval_every = 5000
+  c.checkpoint_every = 5000
+  c.log_every = 100
+  c.rouge_every = 0
+  c.rouge_batches = 8
+  c.model = summ.model_config(configuration)
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=8)
+  c.evals.dev = common.eval_entry("dev", c.get_ref("rouge_every"), type="rouge",
+                                  pred="beam", texts="summary",
+                                  batches=c.get_ref("rouge_batches"))
+  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
+  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
+  return c
+
+
+def validate_config(config) -> None:
+  """Raises ``ValueError`` naming the first bad field."""
+  common.check_task(config, NAME, VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
+  summ.validate_fields(config)
+  common.check_data_folders(config, "cnn_stories/ (or dailymail_stories/) and url_lists/")
+  if config.train_csv and not os.path.isfile(os.path.expanduser(config.train_csv)):
+    raise ValueError(f"config.train_csv={config.train_csv!r} is not a file; give a CSV with "
+                     "'article' and 'highlights' columns, or '' to train on the stories.")
+  if config.malformed_stories not in ("error", "skip", "keep"):
+    raise ValueError(f"config.malformed_stories={config.malformed_stories!r} must be "
+                     "'error', 'skip' or 'keep'.")
+  common.check_int(config, "rouge_every", 0)
+  common.check_int(config, "rouge_batches", 1)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def story_example(article: str, highlights: str) -> dict:
+  """An example of :mod:`tasks.summarization` from a story's article and highlights
+  (one per line)."""
+  return summ.text_example(summaries_lib.split_sentences(article),
+                           [h for h in highlights.split("\n") if h.strip()])
+
+
+def read_csv(path: str) -> list:
+  """The examples of a CSV with ``article`` and ``highlights`` columns."""
+  with open(os.path.expanduser(path), newline="", encoding="utf-8") as f:
+    reader = csv.DictReader(f)
+    missing = {"article", "highlights"} - set(reader.fieldnames or ())
+    if missing:
+      raise ValueError(f"{path} lacks the column(s) {sorted(missing)}; it needs 'article' "
+                       "and 'highlights' (the Hugging Face cnn_dailymail layout).")
+    return [story_example(row["article"], row["highlights"]) for row in reader]
+
+
+@functools.lru_cache(maxsize=2)
+def _data(manual_dir, data_dir, train_csv, allow_missing, malformed, vocab_size, max_enc,
+          max_dec) -> summ.Data:
+  from tasks.datasets import cnn_dailymail as builder_lib
+  builder = builder_lib.prepare(manual_dir, data_dir, allow_missing_stories=allow_missing,
+                                malformed_stories=malformed)
+  built = builder_lib.available_splits(builder)
+  examples = {}
+  for split, name in BUILDER_SPLITS.items():
+    if name in built and not (split == "train" and train_csv):
+      examples[split] = [story_example(r["article"], r["highlights"])
+                         for r in builder_lib.read_split(builder, name)]
+  if train_csv:
+    examples["train"] = read_csv(train_csv)
+  if "train" not in examples:
+    raise ValueError(builder_lib.missing_split_message(builder, "train") +
+                     " Or train on a CSV: --config.train_csv=<file>.")
+  data = summ.encode(examples, vocab_size=vocab_size, max_enc_steps=max_enc,
+                     max_dec_steps=max_dec)
+  data.missing = {s: builder_lib.missing_split_message(builder, BUILDER_SPLITS[s]) +
+                  f" Or evaluate on dev: --config.evals.<name>.split=dev."
+                  for s in EVAL_SPLITS if s not in examples}
+  return data
+
+
+def data(config) -> summ.Data:
+  """The encoded splits of ``config`` (built once per process)."""
+  return _data(config.manual_dir, config.data_dir, config.train_csv,
+               bool(config.allow_missing_stories), config.malformed_stories,
+               config.vocab_size, config.max_enc_steps, config.max_dec_steps)
+
+
+(train_data, eval_data, build_model, predict_fns, text_fns, submission,
+ to_text) = summ.task_functions(data, NAME, EVAL_SPLITS)
+loss_and_metrics = summ.loss_and_metrics
