@@ -448,16 +448,13 @@ class CnnDailymail(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
 def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
   """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return tuple(s for s in SPLITS if s in builder.info.splits)
+  return prepare_lib.available_splits(builder, SPLITS)
 
 
 def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
   """One line: ``split`` was not built, the url list it needs, how to rebuild."""
-  root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
-  return (f"CNN/DailyMail split {split!r} was not built: its url list "
-          f"{expected_list(root, split)} was missing when the data was prepared in "
-          f"{builder.data_dir}; put the file there and delete that folder to rebuild "
-          f"(built: {list(available_splits(builder))}).")
+  return prepare_lib.missing_split_message(builder, split, dataset="CNN/DailyMail", splits=SPLITS,
+                                           expected=expected_list, what="url list")
 
 
 def prepare(manual_dir: str = "", data_dir: str = "", *, allow_missing_stories: bool = False,

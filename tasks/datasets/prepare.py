@@ -132,6 +132,23 @@ def split_source(source, split: Optional[str], *, splits: Sequence[str],
   return source
 
 
+def available_splits(builder: tfds.core.DatasetBuilder, splits: Sequence[str]) -> tuple:
+  """The splits a prepared builder holds, in the order of ``splits``."""
+  return tuple(s for s in splits if s in builder.info.splits)
+
+
+def missing_split_message(builder: tfds.core.DatasetBuilder, split: str, *, dataset: str,
+                          splits: Sequence[str], expected: Callable[[Any, str], str],
+                          what: str = "file") -> str:
+  """One line: ``dataset``'s ``split`` was not built, the ``what`` it needs
+  (``expected(source_dir, split)``), how to rebuild, and the splits that were built."""
+  root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
+  return (f"{dataset} split {split!r} was not built: its {what} {expected(root, split)} was "
+          f"missing when the data was prepared in {builder.data_dir}; put the file there "
+          f"and delete that folder to rebuild (built: "
+          f"{list(available_splits(builder, splits))}).")
+
+
 def all_rows(source: Sequence[Mapping]) -> list:
   """Every row of a data source, in its order: one ``__getitems__`` call when the source
   has it (far faster than a read per row), else one ``source[i]`` per row."""

@@ -224,15 +224,13 @@ class Snli(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
 def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
   """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return tuple(s for s in SPLITS if s in builder.info.splits)
+  return prepare_lib.available_splits(builder, SPLITS)
 
 
 def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
   """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
-  return (f"SNLI split {split!r} was not built: its file {expected_file(root, split)} was "
-          f"missing when the data was prepared in {builder.data_dir}; put the file there "
-          f"and delete that folder to rebuild (built: {list(available_splits(builder))}).")
+  return prepare_lib.missing_split_message(builder, split, dataset="SNLI", splits=SPLITS,
+                                           expected=expected_file, what="file")
 
 
 def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
