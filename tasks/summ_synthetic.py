@@ -24,6 +24,7 @@ at the end); ``lead3_rouge*`` (the extractive baseline).
 """
 
 import functools
+import types
 from typing import Optional
 
 import numpy as np
@@ -114,8 +115,8 @@ def examples(config, split: str) -> list:
 
 @functools.lru_cache(maxsize=2)
 def _data(seed, num_train, num_eval, num_common, num_rare, vocab_size, max_enc, max_dec):
-  cfg = type("C", (), dict(seed=seed, num_train=num_train, num_eval=num_eval,
-                           num_common=num_common, num_rare=num_rare))
+  cfg = types.SimpleNamespace(seed=seed, num_train=num_train, num_eval=num_eval,
+                              num_common=num_common, num_rare=num_rare)
   return summ.encode({s: examples(cfg, s) for s in ("train", "dev", "test")},
                      vocab_size=vocab_size, max_enc_steps=max_enc, max_dec_steps=max_dec)
 

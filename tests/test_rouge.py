@@ -118,7 +118,10 @@ def test_evaluator_scores_the_text_pairs_of_the_real_rows():
   assert len(pairs) == 11
   expected = rouge.rouge_f1(pairs)
   assert set(out) == {"dev_rouge1", "dev_rouge2", "dev_rougeLsum", "dev_rouge_count",
-                      "two_rouge1", "two_rouge_count"}
+                      "dev_repeated_trigrams", "two_rouge1", "two_rouge_count",
+                      "two_repeated_trigrams"}
+  assert out["dev_repeated_trigrams"] == pytest.approx(
+      np.mean([rouge.repetition_rate(h.split()) for h, _ in pairs]))
   for t in ("rouge1", "rouge2", "rougeLsum"):
     assert out[f"dev_{t}"] == pytest.approx(expected[t])
   assert out["dev_rouge_count"] == 11.0 and out["two_rouge_count"] == 8.0

@@ -19,6 +19,9 @@ What is reported, as ``f"{prefix}_{rouge_type}"`` for each of ``rouge_types`` (d
   non-ASCII letters, separate tokens and are dropped); **Porter stemming is on by
   default** (``use_stemmer=True``; rouge-score stems tokens longer than 3 characters; the
   stemmer is code in nltk and needs no nltk data download);
+* ``f"{prefix}_repeated_trigrams"``: the mean over the hypotheses of
+  :func:`repetition_rate` (the fraction of a text's whitespace-token trigrams that repeat an
+  earlier one of the same text), the repetition that See et al.'s coverage reduces;
 * ``rougeLsum`` is the summary-level LCS: hypothesis and reference are split into
   sentences on ``"\\n"`` (so text functions must separate sentences with newlines), the
   union LCS of every reference sentence against all hypothesis sentences is counted; it
@@ -31,7 +34,7 @@ not implemented.
 """
 
 import re
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
@@ -93,6 +96,25 @@ def rouge_f1(pairs: Iterable[tuple[str, str]],
       sums[t] += scores[t].fmeasure
     count += 1
   return {t: 100.0 * s / count if count else 0.0 for t, s in sums.items()}
+
+
+def repetition_rate(tokens: Sequence[Hashable], n: int = 3) -> float:
+  """The fraction of the ``n``-grams of ``tokens`` that repeat an earlier ``n``-gram of the
+  same sequence (0 for fewer than ``n`` tokens).
+
+  With ``m = len(tokens) - n + 1`` n-grams of which ``u`` are distinct, the rate is
+  ``(m - u) / m``: ``a b c a b c`` has trigrams ``abc bca cab abc``, one repeated: 0.25.
+  """
+  if isinstance(tokens, str):
+    raise TypeError("repetition_rate takes a sequence of tokens, not a string (e.g. "
+                    "text.split()).")
+  if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    raise ValueError(f"n={n!r} must be an integer >= 1.")
+  tokens = list(tokens)
+  grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+  if not grams:
+    return 0.0
+  return (len(grams) - len(set(grams))) / len(grams)
 
 
 def _real_rows(batch: Mapping[str, Any]) -> int:
@@ -168,4 +190,6 @@ class RougeEvaluator:
     scores = rouge_f1(pairs, self.rouge_types, self.use_stemmer)
     out = {f"{self.prefix}_{t}": v for t, v in scores.items()}
     out[f"{self.prefix}_rouge_count"] = float(len(pairs))
+    out[f"{self.prefix}_repeated_trigrams"] = (
+        float(np.mean([repetition_rate(h.split()) for h, _ in pairs])) if pairs else 0.0)
     return out

@@ -7,12 +7,14 @@
 
 ``lead(split_sentences(article), 3)`` is LEAD-3, the extractive baseline of See et al.
 (2017) and the RUM paper: its sentences are separated by ``"\\n"`` as ROUGE-Lsum (the
-``rouge`` evaluator) expects. ``repetition_rate`` measures the repeated trigrams of decoded
-summaries (what the coverage mechanism reduces).
+``rouge`` evaluator) expects. ``repetition_rate`` (from :mod:`rumjax.evaluators.rouge`, whose evaluator reports it)
+measures the repeated trigrams of decoded summaries (what the coverage mechanism reduces).
 """
 
 import re
-from typing import Hashable, Sequence
+from typing import Sequence
+
+from rumjax.evaluators.rouge import repetition_rate  # noqa: F401  (re-exported)
 
 # Sentence end candidates: terminal punctuation, closing quotes/brackets, then whitespace.
 _CANDIDATE = re.compile(r"([.!?]+)([\"'\u201d\u2019)\]]*)\s+")
@@ -103,22 +105,3 @@ def lead(sentences: Sequence[str], k: int = 3) -> str:
   if not isinstance(k, int) or isinstance(k, bool) or k < 0:
     raise ValueError(f"k={k!r} must be an integer >= 0.")
   return "\n".join(list(sentences)[:k])
-
-
-def repetition_rate(tokens: Sequence[Hashable], n: int = 3) -> float:
-  """The fraction of the ``n``-grams of ``tokens`` that repeat an earlier ``n``-gram of the
-  same sequence (0 for fewer than ``n`` tokens).
-
-  With ``m = len(tokens) - n + 1`` n-grams of which ``u`` are distinct, the rate is
-  ``(m - u) / m``: ``a b c a b c`` has trigrams ``abc bca cab abc``, one repeated: 0.25.
-  """
-  if isinstance(tokens, str):
-    raise TypeError("repetition_rate takes a sequence of tokens, not a string (e.g. "
-                    "text.split()).")
-  if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-    raise ValueError(f"n={n!r} must be an integer >= 1.")
-  tokens = list(tokens)
-  grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-  if not grams:
-    return 0.0
-  return (len(grams) - len(set(grams))) / len(grams)
