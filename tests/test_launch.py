@@ -105,6 +105,7 @@ def test_steps_zero_prints_the_parameter_count(tmp_path):
   assert record["cell"] == "gru" and record["num_params"] > 0
 
 
+@pytest.mark.slow   # ~1.5 min; resume exactness is also checked by test_task_ptb (in-process)
 def test_sigterm_then_restart_equals_an_uninterrupted_run(tmp_path):
   steps = "--steps=24"
   full = str(tmp_path / "full")
@@ -216,6 +217,7 @@ def test_benchmark_decoding(tmp_path):
   assert rows["rum1/greedy"]["ratio_greedy"] == rows["gru/beam2"]["ratio_gru"] == 1.0
 
 
+@pytest.mark.slow   # ~1.5 min of compiling the PTB cores
 def test_benchmark_lm(tmp_path):
   """--lm at a tiny shape and scale: every PTB core and Flax's LSTM, ratios to baselines."""
   out = tmp_path / "lm.json"

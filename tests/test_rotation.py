@@ -130,7 +130,7 @@ def test_dtypes_follow_inputs():
     assert rotate(a, b, h).dtype == jnp.float64
 
 
-@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.settings(max_examples=12, deadline=None)
 @hypothesis.given(n=st.integers(2, 24), batch=st.integers(1, 5), seed=st.integers(0, 2**31))
 def test_property_orthogonal_and_norm_preserving(n, batch, seed):
   rng = np.random.default_rng(seed)

@@ -213,7 +213,7 @@ def test_cmnli_without_files_names_them(tmp_path):
   assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("model", ["starsaber", "transformer"])
+@pytest.mark.parametrize("model", ["starsaber", pytest.param("transformer", marks=pytest.mark.slow)])
 def test_pretrain_then_fine_tune_then_write_a_submission(tmp_path, model):
   folder = afqmc_dir(tmp_path)
   task, pre = _config("afqmc", folder, tmp_path, variant="mlm", **{"model.name": model})

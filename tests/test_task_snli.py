@@ -100,7 +100,9 @@ def test_pairs_vocabulary_and_batches(dirs):
     snli.eval_data(config, "dev")
 
 
-@pytest.mark.parametrize("name", ["lstmn", "lstmn_shallow", "lstmn_deep"])
+@pytest.mark.parametrize("name", [pytest.param("lstmn", marks=pytest.mark.slow),
+                                  pytest.param("lstmn_shallow", marks=pytest.mark.slow),
+                                  "lstmn_deep"])   # deep fusion runs every part
 def test_trains_every_model(dirs, tmp_path, name):
   """(The "lstm" model trains in the word-vector test below.)"""
   # One evaluation, at the end (dev10 and test batches share their shape).
