@@ -410,29 +410,11 @@ def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
   return record
 
 
-class EarlyStoppingWithFinal(training.EarlyStopping):
-  """:class:`~rumjax.training.EarlyStopping` for which the loop's final evaluation
-  counts too: the loop calls ``after_eval`` for the periodic evaluations only, so the
-  last step's (e.g. after 20 epochs, when ``num_steps`` is a multiple of ``eval_every``)
-  or a budget stop's would otherwise never be the best. A final metric strictly better
-  than the best saves the final state as the best checkpoint."""
-
-  def end(self, step: int, state, summary: dict, ctx) -> None:
-    value = summary.get(self.metric)
-    if value is not None and self._better(float(value)):
-      ctx.save(self.best_dir(ctx.workdir), step, state)
-      evals = {k: v for k, v in summary_metrics(summary).items()
-               if not k.startswith("train_") and k != "steps_per_sec"}
-      self.record.update(best_step=step, best_value=float(value), best_metrics=evals)
-      utils.write_json(os.path.join(ctx.workdir, self.FILE), self.record)
-    super().end(step, state, summary, ctx)
-
-
 def train_with_early_stopping(config, workdir: str, task, *, metric: str = "eval_accuracy",
                               mode: str = "max", patience: int = 5,
                               budget_seconds: Optional[float] = None,
                               info: Optional[Mapping[str, Any]] = None) -> dict:
-  """One loop invocation with :class:`EarlyStoppingWithFinal` on ``metric`` (and a
+  """One loop invocation with :class:`~rumjax.training.EarlyStopping` on ``metric`` (and a
   :class:`~rumjax.training.TimeBudget`); the best checkpoint is kept in
   ``<workdir>/best``. Returns the :func:`run_model` record (``best_step``,
   ``best_<metric>``, ``best_metrics``: every metric of the evaluation at the best step);
@@ -440,7 +422,7 @@ def train_with_early_stopping(config, workdir: str, task, *, metric: str = "eval
   done = finished(config, workdir)
   if done is not None:
     return done
-  hooks = [EarlyStoppingWithFinal(metric, mode=mode, patience=patience)]
+  hooks = [training.EarlyStopping(metric, mode=mode, patience=patience)]
   if budget_seconds:
     hooks.append(training.TimeBudget(budget_seconds))
   return run_model(config, workdir, task, hooks=hooks, info=info,

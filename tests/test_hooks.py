@@ -77,6 +77,27 @@ def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
     hooks.EarlyStopping("eval_loss", mode="up")
 
 
+def test_early_stopping_counts_the_final_evaluation(tmp_path):
+  # No periodic evaluation: the final one is the only one, so it is the best (the config
+  # fields' early stopping of a budget-bound run used to report best_step None here).
+  workdir = str(tmp_path)
+  summary = training.train_and_evaluate(
+      _config(num_steps=5, eval_every=0, checkpoint_every=0), workdir, toy_task,
+      hooks=[hooks.EarlyStopping("eval_loss", mode="min", patience=2)])
+  assert summary["best_step"] == 5
+  assert summary["best_eval_loss"] == pytest.approx(summary["eval_loss"])
+  assert summary["best_metrics"] == {"eval_loss": pytest.approx(summary["eval_loss"])}
+  assert os.listdir(os.path.join(workdir, "best", "checkpoints")) == ["5"]
+  record = json.load(open(os.path.join(workdir, "early_stopping.json")))
+  assert record["best_step"] == 5
+  # A final evaluation that is not better (mode max of a falling loss) changes nothing.
+  other = str(tmp_path / "other")
+  summary = training.train_and_evaluate(
+      _config(num_steps=6, eval_every=2, checkpoint_every=0), other, toy_task,
+      hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=10)])
+  assert summary["step"] == 6 and summary["best_step"] == 2
+
+
 def test_evaluate_checkpoint_errors(tmp_path):
   with pytest.raises(ValueError, match="no checkpoints in"):
     training.evaluate_checkpoint(_config(), str(tmp_path / "none"), toy_task)

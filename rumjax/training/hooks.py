@@ -20,6 +20,7 @@ limit); the loop adds :class:`LearningRateOnPlateau` itself when the config asks
 
 import dataclasses
 import json
+import numbers
 import os
 import time
 from typing import Any, Callable, Optional
@@ -53,6 +54,10 @@ class LoopContext:
   def request_stop(self, reason: str) -> None:
     if self.stop_reason is None:
       self.stop_reason = reason
+
+
+# Summary entries that are not evaluator metrics (EarlyStopping's final best_metrics).
+_NOT_EVAL_METRICS = ("step", "steps_per_sec", "eta_sec", "preempted")
 
 
 def call(hooks, method: str, *args) -> None:
@@ -146,8 +151,10 @@ class EarlyStopping:
   the test accuracy measured at the best dev accuracy); otherwise a counter grows, and
   the run stops when it reaches ``patience``. The record is kept in
   ``<workdir>/early_stopping.json``, so a resumed run continues it (and a run that had
-  stopped stops again at once). ``end`` adds ``best_step``, ``best_<metric>`` and
-  ``best_metrics`` to the loop's summary.
+  stopped stops again at once). The loop's final evaluation (after the last step, a budget
+  stop or early stopping) counts as well: if it is strictly better, ``end`` saves the final
+  state as the best. ``end`` adds ``best_step``, ``best_<metric>`` and ``best_metrics`` to
+  the loop's summary.
 
   Args:
     metric: the metric name, e.g. ``"eval_accuracy"``.
@@ -206,7 +213,17 @@ class EarlyStopping:
     utils.write_json(self._path(ctx), self.record)
 
   def end(self, step: int, state, summary: dict, ctx: LoopContext) -> None:
-    del step, state, ctx
+    # The final evaluation counts too (the loop calls after_eval for the periodic ones
+    # only): the last step's, or a budget stop's, may be the best. Strictly better only,
+    # so a final evaluation at the step of the last periodic one changes nothing.
+    value = summary.get(self.metric)
+    if value is not None and self._better(float(value)):
+      ctx.save(self.best_dir(ctx.workdir), step, state)
+      self.record.update(best_step=step, best_value=float(value), best_metrics={
+          k: float(v) for k, v in summary.items()
+          if isinstance(v, numbers.Real) and not isinstance(v, bool)
+          and not k.startswith(("train_", "best_")) and k not in _NOT_EVAL_METRICS})
+      utils.write_json(self._path(ctx), self.record)
     summary.update(best_step=self.record["best_step"],
                    best_metrics=dict(self.record["best_metrics"]))
     summary[f"best_{self.metric}"] = self.record["best_value"]
