@@ -16,12 +16,16 @@ a vocabulary of the ``vocab_size`` most frequent words (``<pad>`` 0, ``<unk>`` 1
   ``target_lengths``;
 * ``key`` <int32>: ``split code * 2^24 + index``, so host code finds the example's text and
   OOVs (text cannot ride in a sharded batch); ``coverage_weight`` <float32>: the coverage
-  loss weight of the run (``cov_loss_wt`` if ``model.coverage`` else 0), so the loss needs
-  no config.
+  loss weight of the run (``cov_loss_wt`` if ``model.coverage`` else 0) and ``step_weight``
+  <float32>: the weight of each of the row's decoder steps in the loss (``1 / L`` for
+  ``loss_normalization="example"``, 1 for ``"token"``), so the loss needs no config.
 
-Loss: the token-mean of ``-log(P(gold) + eps)`` (NaN-proof) plus ``coverage_weight`` x the
-coverage loss ``sum_i min(a_i, c_i)`` averaged over the real decoder steps
-(:mod:`rumjax.models.pointer_generator`). Decoding: :func:`rumjax.decoding.beam_search`
+Loss: ``l_bt = -log(P(gold) + eps)`` (NaN-proof) ``+ coverage_weight x sum_i min(a_i,
+c_i)`` (the coverage loss) at the real decoder steps, averaged as
+``sum_bt w_b l_bt / sum_bt w_b`` with ``w_b = step_weight``: with
+``loss_normalization="example"`` (the default) that is the mean over the rows of each row's
+mean over its ``L_b`` steps, See et al.'s ``_mask_and_avg`` (the reference's loss, and its
+coverage loss alike); with ``"token"`` the mean over all real steps of the batch. Decoding: :func:`rumjax.decoding.beam_search`
 (``beam_size`` 4, ``min_len``, ``max_len``, top-2k expansion inside the search, finished
 hypotheses ranked by average log-probability), the state carries the decoder's carry,
 context and coverage. ROUGE (:mod:`rumjax.evaluators.rouge`): the decoded ids back to words
@@ -80,6 +84,7 @@ def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
   c.min_dec_steps = 35
   c.max_decode_steps = 120
   c.cov_loss_wt = 1.0
+  c.loss_normalization = "example"
   c.optimizer = "adagrad"
   c.learning_rate = 0.15
   c.adagrad_init = 0.1
@@ -99,6 +104,9 @@ def validate_fields(config) -> None:
   if config["min_dec_steps"] > config["max_decode_steps"]:
     raise ValueError(f"config.min_dec_steps={config['min_dec_steps']} must be <= "
                      f"config.max_decode_steps={config['max_decode_steps']}.")
+  if config.get("loss_normalization") not in ("example", "token"):
+    raise ValueError(f"config.loss_normalization={config.get('loss_normalization')!r} "
+                     "must be 'example' (See et al.) or 'token'.")
   if not config["cov_loss_wt"] >= 0:
     raise ValueError(f"config.cov_loss_wt={config['cov_loss_wt']!r} must be >= 0.")
   m = config.model
@@ -181,8 +189,10 @@ def encode(examples: Mapping[str, Sequence[dict]], *, vocab_size: int, max_enc_s
   return Data(vocab, splits, kept)
 
 
-def batch_maker(arrays: Mapping[str, np.ndarray], coverage_weight: float):
-  """``idx -> batch`` of rows ``idx``, articles cut to the longest real one."""
+def batch_maker(arrays: Mapping[str, np.ndarray], coverage_weight: float,
+                normalization: str = "example"):
+  """``idx -> batch`` of rows ``idx``, articles cut to the longest real one, with the
+  per-row ``coverage_weight`` and ``step_weight`` (module docstring)."""
 
   def make(idx):
     batch = {k: v[idx] for k, v in arrays.items()}
@@ -190,6 +200,9 @@ def batch_maker(arrays: Mapping[str, np.ndarray], coverage_weight: float):
     for k in ("article", "article_ext"):
       batch[k] = np.ascontiguousarray(batch[k][:, :width])
     batch["coverage_weight"] = np.full((len(idx),), coverage_weight, np.float32)
+    lengths = batch["target_lengths"].astype(np.float32)
+    batch["step_weight"] = (1.0 / np.maximum(lengths, 1.0) if normalization == "example"
+                            else np.ones_like(lengths))
     return batch
 
   return make
@@ -199,11 +212,17 @@ def coverage_weight(config) -> float:
   return float(config.cov_loss_wt) if config.model.coverage else 0.0
 
 
+def loss_normalization(config) -> str:
+  """``config.loss_normalization`` (runs saved before the field existed: ``"token"``)."""
+  return config.get("loss_normalization", "token")
+
+
 def train_batches(config, d: Data, *, process_index: int = 0,
                   process_count: int = 1) -> ShuffledBatches:
   """Endless shuffled training batches, deterministic in ``(seed, step)``, resumable."""
   return ShuffledBatches(d.size("train"), batch_maker(d.splits["train"],
-                                                      coverage_weight(config)),
+                                                      coverage_weight(config),
+                                                      loss_normalization(config)),
                          seed=config.seed, batch_size=config.batch_size,
                          process_index=process_index, process_count=process_count)
 
@@ -215,7 +234,8 @@ def eval_split_batches(config, d: Data, split: str, *, process_index: int = 0,
     raise ValueError(d.missing[split])
   if split not in d.splits:
     raise ValueError(f"unknown split {split!r}; this data has {sorted(d.splits)}.")
-  return eval_batches(d.size(split), batch_maker(d.splits[split], coverage_weight(config)),
+  return eval_batches(d.size(split), batch_maker(d.splits[split], coverage_weight(config),
+                                                 loss_normalization(config)),
                       batch_size=config.batch_size, process_index=process_index,
                       process_count=process_count)
 
@@ -230,9 +250,11 @@ def build_model(config, d: Data):
 
 
 def loss_and_metrics(outputs, batch):
-  """``nll + coverage_weight * coverage_loss`` and the metrics ``loss``, ``nll``,
-  ``coverage_loss`` (per real decoder step) and ``accuracy`` (argmax of the final
-  distribution equals the target), as ``(sum, count)`` pairs over real rows.
+  """``nll + coverage_weight * coverage_loss`` averaged with the rows' ``step_weight``
+  (module docstring), and the metrics ``loss`` (the same average), ``nll``,
+  ``coverage_loss`` and ``accuracy`` (argmax of the final distribution equals the target;
+  these three per real decoder step, the token mean), as ``(sum, count)`` pairs over real
+  rows.
 
   ``last_state_norm`` (the RUM paper's Figure 6b, "norm of the last hidden state"):
   ``||s_{L-1}||_2``, the model's ``state_norm`` (the L2 norm of the decoder state, the
@@ -247,10 +269,11 @@ def loss_and_metrics(outputs, batch):
   nll = -jnp.log(gold + pg.PROB_EPS)
   cov = jnp.sum(jnp.minimum(outputs["attention"], outputs["coverage"]), axis=-1)
   n = jnp.sum(steps)
-  weight = batch["coverage_weight"][:, None]
-  total = jnp.sum((nll + weight * cov) * steps)
+  weighted = steps * batch["step_weight"][:, None]
+  total = jnp.sum((nll + batch["coverage_weight"][:, None] * cov) * weighted)
+  denominator = jnp.sum(weighted)
   correct = jnp.sum((jnp.argmax(outputs["probs"], axis=-1) == targets) * steps)
-  metrics = {"loss": (total, n), "nll": (jnp.sum(nll * steps), n),
+  metrics = {"loss": (total, denominator), "nll": (jnp.sum(nll * steps), n),
              "coverage_loss": (jnp.sum(cov * steps), n), "accuracy": (correct, n)}
   if "state_norm" in outputs:
     lengths = jnp.asarray(batch["target_lengths"], jnp.int32)
@@ -258,7 +281,7 @@ def loss_and_metrics(outputs, batch):
     norm = jnp.take_along_axis(outputs["state_norm"], last[:, None], axis=1)[:, 0]
     real = rows * (lengths > 0)
     metrics["last_state_norm"] = (jnp.sum(jnp.where(real > 0, norm, 0.0)), jnp.sum(real))
-  return total / jnp.maximum(n, 1.0), metrics
+  return total / jnp.maximum(denominator, 1.0), metrics
 
 
 def decoder(config, model, d: Data, *, beam_size: int):

@@ -163,7 +163,8 @@ def test_train_coverage_continuation_and_decode_from_one_command_each(tmp_path):
            "--config.model.hidden_size=8", "--config.model.embed_dim=8",
            "--config.max_enc_steps=30", "--config.max_dec_steps=8",
            "--config.min_dec_steps=2", "--config.max_decode_steps=5",
-           "--config.evals.test.split=dev", "--config.evals.lead3.split=dev"]
+           "--config.evals.test.split=dev", "--config.evals.lead3.split=dev",
+           "--config.loss_normalization=token"]      # so loss = nll + w * coverage below
   first, cov = tmp_path / "first", tmp_path / "coverage"
   out = _run("launch.train", f"--workdir={first}", *small)
   final = json.loads(open(first / "metrics.jsonl").read().splitlines()[-1])

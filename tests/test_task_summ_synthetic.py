@@ -76,3 +76,40 @@ def test_config_errors():
   c.model.decoder_cell = "lstmx"
   with pytest.raises(ValueError, match="not a registered cell"):
     task.validate_config(c)
+
+
+@pytest.mark.parametrize("normalization", ["example", "token"])
+def test_loss_normalization_against_a_loop(normalization):
+  """``example`` (See et al.'s _mask_and_avg): the mean over rows of each row's mean over
+  its steps, coverage loss included; ``token``: the mean over all real steps."""
+  c = _config(loss_normalization=normalization, cov_loss_wt=0.5)
+  c.model.coverage = True
+  batch = next(iter(summ_synthetic.eval_data(c, "dev")))
+  B, T = batch["targets"].shape
+  S = batch["article"].shape[1]
+  rng = np.random.default_rng(0)
+  probs = rng.dirichlet(np.ones(c.vocab_size + c.max_oovs), size=(B, T)).astype(np.float32)
+  attention = rng.dirichlet(np.ones(S), size=(B, T)).astype(np.float32)
+  coverage = rng.uniform(0, 2, size=(B, T, S)).astype(np.float32)
+  batch["target_lengths"][1] = 2          # rows of different lengths
+  batch = summarization.batch_maker({k: v for k, v in batch.items()
+                                     if k not in ("coverage_weight", "step_weight", "mask")},
+                                    0.5, normalization)(np.arange(B))
+  batch["mask"] = np.ones((B,), np.float32)
+  loss, metrics = summarization.loss_and_metrics(
+      {"probs": probs, "attention": attention, "coverage": coverage}, batch)
+  per_row, all_steps = [], []
+  for b in range(B):
+    steps = []
+    for t in range(int(batch["target_lengths"][b])):
+      nll = -np.log(probs[b, t, batch["targets"][b, t]] + 1e-12)
+      cov = sum(min(attention[b, t, i], coverage[b, t, i]) for i in range(S))
+      steps.append(nll + 0.5 * cov)
+    per_row.append(np.mean(steps))
+    all_steps += steps
+  expected = np.mean(per_row) if normalization == "example" else np.mean(all_steps)
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+  total, count = metrics["loss"]
+  np.testing.assert_allclose(float(total) / float(count), expected, rtol=1e-5)
+  with pytest.raises(ValueError, match="loss_normalization"):
+    _config(loss_normalization="row")
