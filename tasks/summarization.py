@@ -44,7 +44,7 @@ from rumjax import decoding
 from rumjax.models import build_model as build_registered
 from rumjax.models import pointer_generator as pg
 from tasks import common
-from tasks.data import ShuffledBatches, eval_batches
+from tasks.data import ShuffledBatches, bucket_length, eval_batches
 from tasks.text import summaries as summaries_lib
 from tasks.text import tokenizers
 from tasks.text.vocabulary import Vocabulary
@@ -191,12 +191,14 @@ def encode(examples: Mapping[str, Sequence[dict]], *, vocab_size: int, max_enc_s
 
 def batch_maker(arrays: Mapping[str, np.ndarray], coverage_weight: float,
                 normalization: str = "example"):
-  """``idx -> batch`` of rows ``idx``, articles cut to the longest real one, with the
-  per-row ``coverage_weight`` and ``step_weight`` (module docstring)."""
+  """``idx -> batch`` of rows ``idx``, articles cut to the power-of-two bucket of the
+  longest real one (:func:`tasks.data.bucket_length`, at least 16, at most the split's
+  width: few shapes, so few compilations), with the per-row ``coverage_weight`` and
+  ``step_weight`` (module docstring)."""
 
   def make(idx):
     batch = {k: v[idx] for k, v in arrays.items()}
-    width = max(1, int(batch["article_lengths"].max()))
+    width = bucket_length(int(batch["article_lengths"].max()), 16, arrays["article"].shape[1])
     for k in ("article", "article_ext"):
       batch[k] = np.ascontiguousarray(batch[k][:, :width])
     batch["coverage_weight"] = np.full((len(idx),), coverage_weight, np.float32)
