@@ -5,7 +5,9 @@
 """
 
 import difflib
-from typing import Any, Iterable, Mapping
+import json
+import os
+from typing import Any, Callable, Iterable, Mapping
 
 
 
@@ -84,3 +86,23 @@ def update_from_dict(config, values: Mapping[str, Any], prefix: str = "") -> Non
         update_from_dict(config[key], value, f"{path}.")
       else:
         config[key] = value
+
+
+def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
+  """``(task, config)`` of a training workdir: the task's ``default_config(variant)``
+  updated with ``<workdir>/config.json`` (as ``launch.evaluate`` reads it).
+
+  Raises:
+    ValueError: one line naming the missing folder or ``config.json``.
+  """
+  if not os.path.isdir(workdir):
+    raise ValueError(f"no training workdir at {workdir!r}.")
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise ValueError(f"no {path!r}: {workdir!r} is not a training workdir.")
+  with open(path) as f:
+    saved = json.load(f)
+  task = get_task(saved["task"])
+  config = task.default_config(saved.get("variant"))
+  update_from_dict(config, saved)
+  return task, config

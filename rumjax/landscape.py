@@ -35,7 +35,6 @@ Nothing here imports a task: :func:`first_batch_loss` and :func:`landscape_of_ru
 task module (or a name -> task lookup such as ``tasks.get_task``) as an argument.
 """
 
-import os
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
@@ -43,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import configs, utils
+from rumjax import configs
 from rumjax.training import checkpoint as checkpoint_lib
 
 CELLS = ("rum", "goru")
@@ -311,15 +310,7 @@ def load_run(workdir: str, get_task: Callable[[str], Any], step: Optional[int] =
   Raises:
     ValueError: one line naming the missing folder, ``config.json`` or checkpoint.
   """
-  if not os.path.isdir(workdir):
-    raise ValueError(f"no training workdir at {workdir!r}.")
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    raise ValueError(f"no {path!r}: {workdir!r} is not a training workdir.")
-  saved = utils.read_json(path)
-  task = get_task(saved["task"])
-  config = task.default_config(saved.get("variant"))
-  configs.update_from_dict(config, saved)
+  task, config = configs.load_workdir_config(workdir, get_task)
   at, params = checkpoint_lib.read_params(workdir, step)
   return task, config, at, params
 

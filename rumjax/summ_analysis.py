@@ -189,19 +189,11 @@ def load_config(workdir: str, get_task: Callable[[str], Any]):
   Raises:
     ValueError: one line: no workdir, no ``config.json``, or not a pointer-generator run.
   """
-  if not os.path.isdir(workdir):
-    raise ValueError(f"no training workdir at {workdir!r}.")
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    raise ValueError(f"no {path!r}: {workdir!r} is not a training workdir.")
-  saved = utils.read_json(path)
-  name = (saved.get("model") or {}).get("name")
+  task, config = configs.load_workdir_config(workdir, get_task)
+  name = config.get("model", {}).get("name")
   if name != MODEL:
-    raise ValueError(f"{workdir!r} is a {saved.get('task')!r} run of model {name!r}; "
+    raise ValueError(f"{workdir!r} is a {config.task!r} run of model {name!r}; "
                      f"Figure 6 needs a summarization run (model {MODEL!r}).")
-  task = get_task(saved["task"])
-  config = task.default_config(saved.get("variant"))
-  configs.update_from_dict(config, saved)
   return task, config
 
 

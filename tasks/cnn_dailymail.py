@@ -70,8 +70,6 @@ def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c.evals.dev = common.eval_entry("dev", c.get_ref("rouge_every"), type="rouge",
                                   pred="beam", texts="summary",
                                   batches=c.get_ref("rouge_batches"))
-  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
-  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
   return c
 
 

@@ -68,8 +68,6 @@ def default_config(variant: Optional[str] = None):
   c.log_every = 100
   c.model = summ.model_config(configuration, embed_dim=64, hidden_size=128)
   c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=4)
-  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
-  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
   return c
 
 

@@ -74,7 +74,8 @@ def model_config(configuration: str, **fields) -> ml_collections.ConfigDict:
 
 
 def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
-  """The summarization fields of a task config (the RUM paper's / See et al.'s values)."""
+  """The summarization fields of a task config (the RUM paper's / See et al.'s values) and
+  the evaluators ``test`` (ROUGE of the beam search) and ``lead3`` on test, at the end."""
   c.configuration = configuration
   c.vocab_size = 50_000
   c.max_oovs = 100
@@ -90,6 +91,9 @@ def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
   c.adagrad_init = 0.1
   c.grad_clip = 2.0
   c.batch_size = 16
+  # At the end: ROUGE of the beam search on test, and the LEAD-3 baseline's.
+  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
+  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
 
 
 def validate_fields(config) -> None:
