@@ -182,6 +182,7 @@ def test_cpu_devices_flag(tmp_path):
   assert bad.returncode != 0 and "cpu_devices must be a positive number" in bad.stderr
 
 
+@pytest.mark.slow   # ~30 s; test_benchmark_encoders smoke-tests the benchmark
 def test_benchmark_runs_both_device_modes(tmp_path):
   """The benchmark's table at a tiny shape: one-device and ':dp' candidates, ratios to GRU."""
   out = tmp_path / "bench.json"
@@ -202,6 +203,7 @@ def test_benchmark_runs_both_device_modes(tmp_path):
   assert all(r["ms"] > 0 for r in rows.values())
 
 
+@pytest.mark.slow   # ~25 s; a measurement tool, its decoders are tested in test_decoding
 def test_benchmark_decoding(tmp_path):
   """--decoding at a tiny shape: greedy and beam per cell, all run to max_len, ratios."""
   out = tmp_path / "decode.json"

@@ -130,18 +130,23 @@ def test_dtypes_follow_inputs():
     assert rotate(a, b, h).dtype == jnp.float64
 
 
+@jax.jit
+def _rotation_facts(a, b, h):
+  """R R^T, |Rotation(a, b) h| and R a/|a| for the property test (one compilation per shape)."""
+  r = rotation_matrix(a, b)
+  u_a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+  return (r @ jnp.swapaxes(r, -1, -2), jnp.linalg.norm(rotate(a, b, h), axis=-1),
+          jnp.einsum("bij,bj->bi", r, u_a))
+
+
 @hypothesis.settings(max_examples=12, deadline=None)
 @hypothesis.given(n=st.integers(2, 24), batch=st.integers(1, 5), seed=st.integers(0, 2**31))
 def test_property_orthogonal_and_norm_preserving(n, batch, seed):
   rng = np.random.default_rng(seed)
   scale = 10.0 ** rng.uniform(-3, 3, size=(3, batch, 1))
   a, b, h = (jnp.asarray(rng.normal(size=(batch, n)) * s, jnp.float32) for s in scale)
-  r = rotation_matrix(a, b)
-  np.testing.assert_allclose(r @ jnp.swapaxes(r, -1, -2), np.broadcast_to(np.eye(n), r.shape),
-                             atol=2e-5)
-  out = rotate(a, b, h)
-  np.testing.assert_allclose(jnp.linalg.norm(out, axis=-1), jnp.linalg.norm(h, axis=-1),
-                             rtol=2e-5)
-  np.testing.assert_allclose(jnp.einsum("bij,bj->bi", r, a / jnp.linalg.norm(a, axis=-1,
-                                                                            keepdims=True)),
+  rrt, norm_out, r_ua = _rotation_facts(a, b, h)
+  np.testing.assert_allclose(rrt, np.broadcast_to(np.eye(n), rrt.shape), atol=2e-5)
+  np.testing.assert_allclose(norm_out, jnp.linalg.norm(h, axis=-1), rtol=2e-5)
+  np.testing.assert_allclose(r_ua,
                              b / jnp.linalg.norm(b, axis=-1, keepdims=True), atol=2e-5)

@@ -102,6 +102,7 @@ def test_stream_and_whole_split_evaluation(corpus, level):
   assert tasks.get_task("ptb") is ptb
 
 
+@pytest.mark.slow   # ~60 s (three runs); tests/test_training.py checks exact resume fast
 def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path):
   c = _config(corpus, num_steps=8)
   full = training.train_and_evaluate(c, str(tmp_path / "full"), ptb)
