@@ -49,19 +49,27 @@ def define_config_flag(argv) -> None:
                                   "with --config.FIELD=VALUE.")
 
 
-def main(argv):
-  del argv
+def setup():
+  """(the run's config, its task, the checkpoint directory) from the flags, CPU devices
+  set; one-line exit on bad input. Shared with ``launch.predict``."""
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
   from rumjax import training
   try:
     training.sharding.use_cpu_devices(FLAGS.cpu_devices)
+    config = FLAGS.config
+    task = tasks.get_task(config.task)
+    task.validate_config(config)
   except ValueError as err:
     sys.exit(f"error: {err}")
-  config = FLAGS.config
-  task = tasks.get_task(config.task)
   workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  return config, task, workdir
+
+
+def main(argv):
+  del argv
+  config, task, workdir = setup()
+  from rumjax import training
   try:
-    task.validate_config(config)
     metrics = training.evaluate_checkpoint(config, workdir, task, step=FLAGS.step,
                                            names=FLAGS.evals)
   except ValueError as err:

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 import tasks
 from launch import evaluate
@@ -33,22 +33,14 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  from rumjax import training
-  try:
-    training.sharding.use_cpu_devices(FLAGS.cpu_devices)
-  except ValueError as err:
-    sys.exit(f"error: {err}")
-  config = FLAGS.config
-  task = tasks.get_task(config.task)
+  config, task, workdir = evaluate.setup()
   if not hasattr(task, "submission"):
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "
              "submission function); use launch.evaluate for its metrics.")
-  workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  from rumjax import training
   pred = FLAGS.pred or getattr(task, "SUBMISSION_PRED", "predict")
   seconds = []
   try:
-    task.validate_config(config)
     step, rows = training.predict_checkpoint(config, workdir, task, FLAGS.split,
                                              step=FLAGS.step, pred=pred, seconds=seconds)
     lines = task.submission(config, rows)

@@ -1,0 +1,52 @@
+"""``python -m launch.evaluate`` end to end: a checkpoint's metrics equal the ones the
+training run logged at that step, and bad input is a one-line error."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_launch import REPO, _env, _run
+
+
+def _evaluate(*args):
+  return subprocess.run([sys.executable, "-m", "launch.evaluate", *args], cwd=REPO,
+                        env=_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("recall") / "run"
+  _run(str(workdir), "--steps=2")
+  return workdir
+
+
+def test_metrics_equal_the_logged_final_evaluation(run):
+  proc = _evaluate(f"--workdir={run}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+  logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+  final = [r for r in logged if r["step"] == 2 and "test_accuracy" in r][-1]
+  assert metrics["step"] == 2
+  for key in ("test_accuracy", "test_loss", "eval_accuracy"):
+    assert metrics[key] == pytest.approx(final[key], rel=1e-6), key
+  only_test = json.loads(_evaluate(f"--workdir={run}", "--evals=test").stdout.splitlines()[-1])
+  assert "test_accuracy" in only_test and "eval_accuracy" not in only_test
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--evals=tset"], "error: unknown evaluator(s) ['tset']; config.evals has"),
+    (["--best"], "error: no checkpoints in"),
+    (["--config.learning_rat=1"], "unknown config field 'learning_rat'"),
+])
+def test_bad_input_is_one_line(run, args, message):
+  proc = _evaluate(f"--workdir={run}", *args)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+
+
+def test_a_workdir_without_config_needs_the_task(tmp_path):
+  proc = _evaluate(f"--workdir={tmp_path / 'nothing'}")
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert "config.json; pass --task" in proc.stderr.strip().splitlines()[-1]
