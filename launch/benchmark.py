@@ -66,17 +66,21 @@ Reported: parameters (with the embedding; ``encoder_params`` in the JSON: the la
 
     python -m launch.benchmark --encoders=starsaber,transformer,rezero \
         --encoder_shapes=32x64,32x256 --encoder_size=4x256
+
+The measurements live in ``rumjax.benchmarks`` (one module per table); this file parses the
+flags, runs them and prints.
 """
 
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
-import time
 
+import jax
 from absl import app, flags
+
+from rumjax.benchmarks import cells, decoding, encoders, lm, timing
+from rumjax.training import sharding
+from tasks import ptb
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", ["recall", "copying"],
@@ -111,394 +115,6 @@ flags.DEFINE_list("encoders", ["starsaber", "transformer", "rezero"],
                   "this table instead of the training table).")
 flags.DEFINE_list("encoder_shapes", ["32x64", "32x256"], "Encoder shapes BxT.")
 flags.DEFINE_string("encoder_size", "4x256", "Encoder size LxD: layers, hidden size.")
-flags.DEFINE_string("_rss_child", None, "Internal: candidate@shape to run once for --rss.")
-
-SHAPES = {  # name: (B, T, Nx, Nh)
-    "recall": (128, 53, 36, 50),
-    "copying": (128, 520, 10, 100),
-    "ptb": (128, 150, 128, 1000),
-}
-
-
-def parse_shape(name):
-  if name in SHAPES:
-    return SHAPES[name]
-  dims = tuple(int(v) for v in name.lower().split("x"))
-  if len(dims) != 4:
-    raise ValueError(f"shape {name!r} is neither {sorted(SHAPES)} nor BxTxNxxNh.")
-  return dims
-
-
-def matmul_flops(cand, b, t, nx, nh):
-  """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
-  cand = cand.split(":")[0]
-  if cand.startswith("lstmn"):
-    gates = 2 * b * (nx + nh) * 4 * nh * 3                       # forward + 2 gradients
-    attn = 2 * b * (nh + nx + nh) * nh * 3                       # W_h h_t, W_x x_t, W_h~ h~
-    tape = 2 * b * (t + 1) / 2 * (nh + 2 * nh) * 3               # v^T tanh, summaries
-    return t * (gates + attn + tape)
-  if cand in ("gru", "lstm"):
-    g = 3 if cand == "gru" else 4
-    fwd = 2 * b * (nx + nh) * g * nh
-    bwd = 2 * b * (g * nh * nh + nh * g * nh + nx * g * nh)     # dh, dW_h, dW_x
-    return t * (fwd + bwd)
-  fwd = 2 * b * (nx * 3 * nh + nh * 2 * nh)
-  bwd = 2 * b * (2 * nh * nh + nh * 2 * nh + nx * 3 * nh)        # dh, dK_h, dK_x
-  if cand.startswith("rum1"):
-    fwd += 2 * b * 3 * nh * nh                                   # R [d, b, x]
-    bwd += 2 * b * 7 * nh * nh                                   # Q [d, a], Q^T, R^T [3]
-  return t * (fwd + bwd)
-
-
-def make_step(cand, shape):
-  """``(jitted grad function, params, xs)`` for a candidate at a shape.
-
-  ``<name>:dp``: the batch split over all devices, parameters replicated (the loop's
-  data parallelism)."""
-  import flax.linen as nn
-  import jax
-  import jax.numpy as jnp
-  import rumjax
-  from rumjax.training import sharding
-
-  cand, _, mode = cand.partition(":")
-  if mode not in ("", "dp"):
-    raise ValueError(f"candidate suffix must be ':dp', got {mode!r}.")
-  b, t, nx, nh = shape
-  key = jax.random.key(0)
-  xs = jax.random.normal(key, (b, t, nx), jnp.float32)
-  if cand not in ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "lstmn",
-                  "lstmn_ref"):
-    raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
-                     "rum1_ref, lstmn, lstmn_ref, optionally with ':dp'.")
-  if cand in ("gru", "lstm"):
-    cell = nn.GRUCell(nh) if cand == "gru" else nn.OptimizedLSTMCell(nh)
-    model = nn.RNN(cell)
-    params = model.init(jax.random.key(1), xs)
-    loss = lambda p, x: jnp.sum(model.apply(p, x) ** 2)
-  elif cand.startswith("lstmn"):
-    impl = "reference" if cand.endswith("_ref") else "fast"
-    params = rumjax.init_lstmn_params(jax.random.key(1), nx, nh, nh)
-    loss = lambda p, x: jnp.sum(rumjax.lstmn_scan(p, x, impl=impl)[0] ** 2)
-  else:
-    lam = 1 if cand.startswith("rum1") else 0
-    impl = "reference" if cand.endswith("_ref") else "fast"
-    params = rumjax.init_rum_params(jax.random.key(1), nx, nh)
-    loss = lambda p, x: jnp.sum(rumjax.rum_scan(p, x, lam=lam, impl=impl)[1] ** 2)
-  if mode == "dp":
-    mesh = sharding.make_mesh()
-    sharding.check_batch_size(b, mesh)
-    xs = jax.device_put(xs, sharding.batch_sharding(mesh))
-    params = jax.device_put(params, sharding.replicated(mesh))
-  return jax.jit(jax.grad(loss)), params, xs
-
-
-def peak_matmul(n, repeats):
-  import jax
-  import jax.numpy as jnp
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  f = jax.jit(lambda x: x @ x)
-  f(a).block_until_ready()
-  times = []
-  for _ in range(max(3, repeats)):
-    t0 = time.perf_counter()
-    f(a).block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return 2 * n**3 / min(times)
-
-
-def rss_child(spec):
-  import jax
-  cand, shape = spec.split("@")
-  f, params, xs = make_step(cand, parse_shape(shape))
-  jax.block_until_ready(f(params, xs))
-  print(json.dumps({"maxrss_mb": peak_rss_mb()}))
-
-
-def peak_rss_mb():
-  """Peak RSS of this process: VmHWM (Linux; unlike ``ru_maxrss`` it is not inherited from
-  the parent across fork + exec), else ``getrusage``."""
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) / 1024
-  except OSError:
-    pass
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def measure_rss(cand, shape_name):
-  out = subprocess.run(
-      [sys.executable, "-m", "launch.benchmark", f"--_rss_child={cand}@{shape_name}",
-       f"--cpu_devices={FLAGS.cpu_devices}"],
-      capture_output=True, text=True, check=True)
-  return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
-
-
-def compile_and_run(f, *args):
-  """``((compiled, args), compile_s, first output)``: compile time includes one run."""
-  import jax
-  t0 = time.perf_counter()
-  compiled = f.lower(*args).compile()
-  out = jax.block_until_ready(compiled(*args))
-  return (compiled, args), time.perf_counter() - t0, out
-
-
-def time_alternated(runs, rows, repeats):
-  """Runs every ``runs[name] = (compiled, args)`` once per round for ``repeats`` rounds
-  (alternated, so the candidates share the machine's state); sets ``rows[name]``'s
-  ``times_ms`` and their median ``ms``."""
-  import jax
-  for r in rows.values():
-    r["times_ms"] = []
-  for _ in range(repeats):
-    for name, (compiled, args) in runs.items():
-      t0 = time.perf_counter()
-      jax.block_until_ready(compiled(*args))
-      rows[name]["times_ms"].append(1e3 * (time.perf_counter() - t0))
-  for r in rows.values():
-    r["ms"] = statistics.median(r["times_ms"])
-
-
-def run_shape(name, shape, candidates, repeats, peak):
-  b, t, nx, nh = shape
-  cands = [c for c in candidates
-           if not (c.startswith("rum1") and nh > FLAGS.max_rum1_hidden)]
-  runs, rows = {}, {}
-  for c in cands:
-    f, params, xs = make_step(c, shape)
-    runs[c], compile_s, _ = compile_and_run(f, params, xs)
-    mem = runs[c][0].memory_analysis()
-    rows[c] = {
-        "compile_s": compile_s,
-        "xla_mb": (mem.temp_size_in_bytes + mem.argument_size_in_bytes
-                   + mem.output_size_in_bytes) / 2**20,
-        "xla_temp_mb": mem.temp_size_in_bytes / 2**20,
-        "matmul_gflop": matmul_flops(c, b, t, nx, nh) / 1e9,
-    }
-  time_alternated(runs, rows, repeats)
-  for c in cands:
-    r = rows[c]
-    r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
-    r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
-    if FLAGS.rss:
-      r["rss_mb"] = measure_rss(c, name)
-  grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
-  for c in cands:
-    same = "gru:dp" if c.endswith(":dp") else "gru"
-    if same in grus:
-      rows[c]["ratio_gru"] = rows[c]["ms"] / grus[same]
-    lstm = "lstm:dp" if c.endswith(":dp") else "lstm"
-    if lstm in rows:
-      rows[c]["ratio_lstm"] = rows[c]["ms"] / rows[lstm]["ms"]
-    if grus:
-      rows[c]["ratio_best_gru"] = rows[c]["ms"] / min(grus.values())
-  return rows
-
-
-BOS, EOS = 1, 2
-
-
-def make_decoder(cell_name, b, nh, vocab):
-  """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
-  step, dense to the vocabulary; random parameters, eos's output bias at -1e9."""
-  import flax.linen as nn
-  import jax
-  import jax.numpy as jnp
-  import rumjax
-
-  if cell_name not in ("gru", "rum0", "rum1"):
-    raise ValueError(f"unknown decoder cell {cell_name!r}: gru, rum0, rum1.")
-  cell = nn.GRUCell(nh) if cell_name == "gru" else rumjax.RUMCell(nh, lam=int(cell_name[3]))
-  embed, out = nn.Embed(vocab, nh), nn.Dense(vocab)
-  k_embed, k_cell, k_out = jax.random.split(jax.random.key(1), 3)
-  carry, x = cell.initialize_carry(k_cell, (b, nh)), jnp.zeros((b, nh))
-  params = {"embed": embed.init(k_embed, jnp.zeros((b,), jnp.int32)),
-            "cell": cell.init(k_cell, carry, x), "out": out.init(k_out, x)}
-  bias = params["out"]["params"]["bias"]
-  params["out"]["params"]["bias"] = bias.at[EOS].set(-1e9)
-
-  def tokens_to_logits(p, tokens, carry):
-    carry, h = cell.apply(p["cell"], carry, embed.apply(p["embed"], tokens))
-    return out.apply(p["out"], h), carry
-  return tokens_to_logits, params, carry
-
-
-def make_search(tokens_to_logits, beam, b, max_len, min_len):
-  """Jitted ``search(params, carry) -> best sequences <int>[b, max_len]``; greedy if
-  ``beam == 0``."""
-  import functools
-  import jax
-  import rumjax
-  opts = dict(batch_size=b, bos_id=BOS, eos_id=EOS, max_len=max_len, min_len=min_len)
-
-  def search(params, carry):
-    f = functools.partial(tokens_to_logits, params)
-    if not beam:
-      return rumjax.greedy_search(f, carry, **opts)[0]
-    return rumjax.beam_search(f, carry, beam_size=beam, length_normalization="average",
-                              **opts)[0][:, 0]
-  return jax.jit(search)
-
-
-def run_decoding(shape, cells, beams, min_len, repeats):
-  """Times greedy and beam search per decoder cell, alternated per round."""
-  b, nh, vocab, max_len = shape
-  runs, rows = {}, {}
-  for cell in cells:
-    tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab)
-    for k in [0] + beams:
-      name = f"{cell}/{f'beam{k}' if k else 'greedy'}"
-      f = make_search(tokens_to_logits, k, b, max_len, min(min_len, max_len))
-      runs[name], compile_s, seqs = compile_and_run(f, params, carry)
-      rows[name] = {"cell": cell, "beam": k, "compile_s": compile_s,
-                    "tokens": int((seqs != EOS).sum())}
-  time_alternated(runs, rows, repeats)
-  for r in rows.values():
-    r["tokens_per_s"] = 1e3 * r["tokens"] / r["ms"]
-  for r in rows.values():
-    r["ratio_greedy"] = r["ms"] / rows[f"{r['cell']}/greedy"]["ms"]
-    gru = rows.get("gru/" + (f"beam{r['beam']}" if r["beam"] else "greedy"))
-    if gru:
-      r["ratio_gru"] = r["ms"] / gru["ms"]
-  return rows
-
-
-def print_decoding(name, rows):
-  print(f"{'shape BxNhxVxT':>18} {'cell':>5} {'search':>7} {'ms/batch':>9} {'x greedy':>8} "
-        f"{'x GRU':>6} {'compile s':>9} {'tokens/s':>9}")
-  for r in rows.values():
-    search = f"beam{r['beam']}" if r["beam"] else "greedy"
-    ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
-    print(f"{name:>18} {r['cell']:>5} {search:>7} {r['ms']:9.2f} {r['ratio_greedy']:8.2f} "
-          f"{ratio} {r['compile_s']:9.2f} {r['tokens_per_s']:9.0f}")
-
-
-LM_VOCAB = 50
-LM_SIZES = ("hidden_size", "fast_size", "slow_size")
-
-
-def lm_model(name, scale):
-  """``(LanguageModel, base)`` of a ``tasks.ptb`` variant or ``flax_lstm1000``, hidden
-  sizes divided by ``scale``; ``base`` is the candidate its ratio is taken to."""
-  import flax.linen as nn
-  from rumjax.models import lm
-  from tasks import ptb
-  variant = "lstm1000" if name == "flax_lstm1000" else name
-  m = ptb.default_config(variant).model
-  for field in LM_SIZES:
-    if field in m:
-      m[field] = max(1, round(m[field] / scale))
-  core = nn.OptimizedLSTMCell(m.hidden_size) if name != variant else ptb.build_core(m)
-  model = lm.LanguageModel(core, LM_VOCAB, embed_dim=m.embed_dim, dropout_rate=m.dropout_rate)
-  return model, "fs_lstm2" if m.core == "fast_slow" else "lstm1000"
-
-
-def make_lm_step(model, b, t):
-  """``(jitted step, (params, carry, tokens, key))``: the gradient of the mean
-  cross-entropy w.r.t. the parameters, and the carry after the window."""
-  import jax
-  from rumjax import metrics
-  from rumjax.models import lm
-  tokens = jax.random.randint(jax.random.key(0), (b, t + 1), 0, LM_VOCAB)
-  carry = lm.initial_state(model, b)
-  params = model.init(jax.random.key(1), {"inputs": tokens[:, :-1]}, model_state=carry)
-
-  def loss(p, carry, tokens, key):
-    logits, carry = model.apply(p, {"inputs": tokens[:, :-1]}, train=True,
-                                model_state=carry, rngs={"dropout": key})
-    return metrics.cross_entropy(logits, tokens[:, 1:]).mean(), carry
-  step = jax.jit(jax.value_and_grad(loss, has_aux=True))
-  return step, (params, carry, tokens, jax.random.key(2))
-
-
-def run_lm(names, shape, scale, repeats):
-  """Times the language models' training steps, alternated per round."""
-  import jax
-  b, t = shape
-  runs, rows = {}, {}
-  for name in names:
-    model, base = lm_model(name, scale)
-    f, args = make_lm_step(model, b, t)
-    runs[name], compile_s, _ = compile_and_run(f, *args)
-    rows[name] = {"base": base, "compile_s": compile_s,
-                  "params": sum(x.size for x in jax.tree.leaves(args[0]))}
-  time_alternated(runs, rows, repeats)
-  for r in rows.values():
-    r["tokens_per_s"] = 1e3 * b * t / r["ms"]
-    if r["base"] in rows:
-      r[f"ratio_{r['base']}"] = r["ms"] / rows[r["base"]]["ms"]
-  return rows
-
-
-def print_lm(shape, rows):
-  print(f"{'shape BxT':>10} {'cand':>14} {'params':>11} {'ms/step':>9} {'tokens/s':>9} "
-        f"{'x fs_lstm2':>10} {'x lstm1000':>10} {'compile s':>9}")
-  for name, r in rows.items():
-    ratios = [r.get(f"ratio_{base}") for base in ("fs_lstm2", "lstm1000")]
-    ratios = " ".join(f"{'-':>10}" if x is None else f"{x:10.2f}" for x in ratios)
-    print(f"{shape:>10} {name:>14} {r['params']:11,d} {r['ms']:9.2f} "
-          f"{r['tokens_per_s']:9.0f} {ratios} {r['compile_s']:9.2f}")
-
-
-ENCODER_VOCAB = 5000
-
-
-def make_encoder_step(name, layers, d, b, t):
-  """``(jitted step, args, params)``: the gradient of the mean cross-entropy of a
-  ``classify`` encoder model (2 classes, dropout on) w.r.t. its parameters."""
-  import jax
-  import numpy as np
-  from rumjax import metrics, models
-  model = models.build_model({"name": name, "num_layers": layers, "hidden_size": d,
-                              "embed_dim": d, "num_heads": 8, "ffn_size": None,
-                              "dropout_rate": 0.1, "objective": "classify"},
-                             vocab_size=ENCODER_VOCAB, num_classes=2)
-  batch = {"inputs": jax.random.randint(jax.random.key(0), (b, t), 1, ENCODER_VOCAB),
-           "lengths": np.full((b,), t, np.int32)}
-  targets = jax.random.randint(jax.random.key(1), (b,), 0, 2)
-  params = model.init(jax.random.key(2), batch, train=False)
-
-  def loss(p, batch, targets, key):
-    logits = model.apply(p, batch, train=True, rngs={"dropout": key})
-    return metrics.cross_entropy(logits, targets).mean()
-  step = jax.jit(jax.value_and_grad(loss))
-  return step, (params, batch, targets, jax.random.key(3))
-
-
-def run_encoders(names, shapes, layers, d, repeats):
-  """Times the encoders' training steps per shape, alternated per round."""
-  import jax
-  out = {}
-  for shape in shapes:
-    b, t = shape
-    runs, rows = {}, {}
-    for name in names:
-      f, args = make_encoder_step(name, layers, d, b, t)
-      runs[name], compile_s, _ = compile_and_run(f, *args)
-      rows[name] = {"compile_s": compile_s,
-                    "params": sum(x.size for x in jax.tree.leaves(args[0])),
-                    "encoder_params": sum(x.size for x in
-                                          jax.tree.leaves(args[0]["params"]["encoder"]))}
-    time_alternated(runs, rows, repeats)
-    for r in rows.values():
-      r["tokens_per_s"] = 1e3 * b * t / r["ms"]
-      if "transformer" in rows:
-        r["ratio_transformer"] = r["ms"] / rows["transformer"]["ms"]
-    out[f"{b}x{t}"] = rows
-  return out
-
-
-def print_encoders(size, tables):
-  print(f"{'LxD':>7} {'BxT':>7} {'cand':>18} {'params':>11} {'ms/step':>9} {'tokens/s':>9} "
-        f"{'x transformer':>13} {'compile s':>9}")
-  for shape, rows in tables.items():
-    for name, r in rows.items():
-      ratio = r.get("ratio_transformer")
-      ratio = f"{'-':>13}" if ratio is None else f"{ratio:13.2f}"
-      print(f"{size:>7} {shape:>7} {name:>18} {r['params']:11,d} {r['ms']:9.2f} "
-            f"{r['tokens_per_s']:9.0f} {ratio} {r['compile_s']:9.2f}")
 
 
 def encoders_requested():
@@ -511,72 +127,72 @@ def lm_requested():
 
 def main(argv):
   del argv
-  from rumjax.training import sharding
-  sharding.use_cpu_devices(FLAGS.cpu_devices)
-  if FLAGS._rss_child:
-    rss_child(FLAGS._rss_child)
-    return
-  import jax
-  peak = peak_matmul(FLAGS.matmul_size, FLAGS.repeats)
-  print(f"jax {jax.__version__}, {jax.device_count()} x {jax.devices()[0].device_kind} "
-        f"device(s), {os.cpu_count()} cores, peak f32 matmul ({FLAGS.matmul_size}^3, one "
-        f"device): {peak / 1e9:.1f} GFLOP/s")
-  results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
-             "devices": jax.device_count(), "cores": os.cpu_count()}
-  if FLAGS.decoding:
-    shape = tuple(int(v) for v in FLAGS.decode_shape.lower().split("x"))
-    if len(shape) != 4:
-      raise ValueError(f"decode_shape {FLAGS.decode_shape!r} is not BxNhxVxT.")
-    rows = run_decoding(shape, FLAGS.decode_cells, [int(k) for k in FLAGS.beam_sizes],
-                        FLAGS.min_len, FLAGS.repeats)
-    results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
-                           "candidates": rows}
-    print_decoding(FLAGS.decode_shape, rows)
-  elif encoders_requested():
-    try:
-      shapes = [tuple(int(v) for v in x.lower().split("x")) for x in FLAGS.encoder_shapes]
-      layers, d = (int(v) for v in FLAGS.encoder_size.lower().split("x"))
-      assert all(len(x) == 2 for x in shapes)
-    except (ValueError, AssertionError):
-      raise ValueError(f"encoder_shapes {FLAGS.encoder_shapes} must be BxT and encoder_size "
-                       f"{FLAGS.encoder_size!r} LxD.") from None
-    tables = run_encoders(FLAGS.encoders, shapes, layers, d, FLAGS.repeats)
-    results["encoders"] = {"L_D": (layers, d), "vocab": ENCODER_VOCAB, "shapes": tables}
-    print_encoders(FLAGS.encoder_size, tables)
-  elif lm_requested():
-    shape = tuple(int(v) for v in FLAGS.lm_shape.lower().split("x"))
-    if len(shape) != 2 or FLAGS.lm_scale <= 0:
-      raise ValueError(f"lm_shape {FLAGS.lm_shape!r} is not BxT or lm_scale "
-                       f"{FLAGS.lm_scale} is not positive.")
-    rows = run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats)
-    results["lm"] = {"B_T": shape, "vocab": LM_VOCAB, "scale": FLAGS.lm_scale,
-                     "candidates": rows}
-    print_lm(FLAGS.lm_shape, rows)
-  else:
-    run_training(results, peak)
+  try:
+    sharding.use_cpu_devices(FLAGS.cpu_devices)
+    results = run()
+  except ValueError as err:
+    sys.exit(f"error: {err}")
   if FLAGS.output:
     with open(FLAGS.output, "w") as f:
       json.dump(results, f, indent=1)
 
 
+def run():
+  """The requested table, printed; returns the results for ``--output``."""
+  peak = timing.peak_matmul(FLAGS.matmul_size, FLAGS.repeats)
+  print(timing.peak_line(peak, FLAGS.matmul_size))
+  results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
+             "devices": jax.device_count(), "cores": os.cpu_count()}
+  if FLAGS.decoding:
+    run_decoding(results)
+  elif encoders_requested():
+    run_encoders(results)
+  elif lm_requested():
+    run_lm(results)
+  else:
+    run_training(results, peak)
+  return results
+
+
+def run_decoding(results):
+  """The decoding table at ``--decode_shape``."""
+  shape = decoding.parse_decode_shape(FLAGS.decode_shape)
+  rows = decoding.run_decoding(shape, FLAGS.decode_cells, [int(k) for k in FLAGS.beam_sizes],
+                               FLAGS.min_len, FLAGS.repeats)
+  results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
+                         "candidates": rows}
+  print(decoding.format_decoding(FLAGS.decode_shape, rows))
+
+
+def run_encoders(results):
+  """The encoder table over ``--encoder_shapes``."""
+  shapes, (layers, d) = encoders.parse_encoder_args(FLAGS.encoder_shapes, FLAGS.encoder_size)
+  tables = encoders.run_encoders(FLAGS.encoders, shapes, layers, d, FLAGS.repeats)
+  results["encoders"] = {"L_D": (layers, d), "vocab": encoders.ENCODER_VOCAB,
+                         "shapes": tables}
+  print(encoders.format_encoders(FLAGS.encoder_size, tables))
+
+
+def run_lm(results):
+  """The language-model table at ``--lm_shape``."""
+  shape = lm.parse_lm_shape(FLAGS.lm_shape, FLAGS.lm_scale)
+  rows = lm.run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats, ptb.default_config,
+                   ptb.build_core)
+  results["lm"] = {"B_T": shape, "vocab": lm.LM_VOCAB, "scale": FLAGS.lm_scale,
+                   "candidates": rows}
+  print(lm.format_lm(FLAGS.lm_shape, rows))
+
+
 def run_training(results, peak):
   """The training-step table over ``--shapes``."""
-  head = (f"{'shape':>16} {'cand':>9} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
-          f"{'x LSTM':>6} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} {'mm@peak ms':>10} "
-          f"{'mm frac':>7}")
-  print(head)
+  print(cells.format_header())
   for name in FLAGS.shapes:
-    shape = parse_shape(name)
-    rows = run_shape(name, shape, FLAGS.candidates, FLAGS.repeats, peak)
+    shape = cells.parse_shape(name)
+    rows = cells.run_shape(name, shape, FLAGS.candidates, FLAGS.repeats, peak,
+                           max_rum1_hidden=FLAGS.max_rum1_hidden, rss=FLAGS.rss,
+                           cpu_devices=FLAGS.cpu_devices)
     results["shapes"][name] = {"B_T_Nx_Nh": shape, "candidates": rows}
-    for c, r in rows.items():
-      rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
-      ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
-      best = f"{r['ratio_best_gru']:6.2f}" if "ratio_best_gru" in r else f"{'-':>6}"
-      lstm = f"{r['ratio_lstm']:6.2f}" if "ratio_lstm" in r else f"{'-':>6}"
-      print(f"{name:>16} {c:>9} {r['ms']:9.2f} {ratio} {best} {lstm} {r['compile_s']:9.2f} "
-            f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
-            f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
+    print(cells.format_rows(name, rows))
 
 
 if __name__ == "__main__":

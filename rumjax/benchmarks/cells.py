@@ -1,0 +1,182 @@
+"""Training steps of the recurrent cells side by side: RUM (fast and reference scans, lam
+0/1) against Flax's GRU and LSTM and the LSTMN, on one device or data-parallel (``:dp``).
+
+A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
+states, jit-compiled. Reported per candidate: median ms, compile time, XLA's buffer sizes,
+the matmul FLOPs counted from the shapes against the machine's peak, optionally the peak
+RSS of a subprocess, and ratios to GRU / LSTM in the same mode.
+"""
+
+import json
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import rumjax
+from rumjax.benchmarks import timing
+from rumjax.training import sharding
+
+SHAPES = {  # name: (B, T, Nx, Nh)
+    "recall": (128, 53, 36, 50),
+    "copying": (128, 520, 10, 100),
+    "ptb": (128, 150, 128, 1000),
+}
+CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "lstmn", "lstmn_ref")
+
+
+def parse_shape(name):
+  """``(B, T, Nx, Nh)`` of a named shape (``SHAPES``) or of ``BxTxNxxNh``."""
+  if name in SHAPES:
+    return SHAPES[name]
+  dims = tuple(int(v) for v in name.lower().split("x"))
+  if len(dims) != 4:
+    raise ValueError(f"shape {name!r} is neither {sorted(SHAPES)} nor BxTxNxxNh.")
+  return dims
+
+
+def matmul_flops(cand, b, t, nx, nh):
+  """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
+  cand = cand.split(":")[0]
+  if cand.startswith("lstmn"):
+    gates = 2 * b * (nx + nh) * 4 * nh * 3                       # forward + 2 gradients
+    attn = 2 * b * (nh + nx + nh) * nh * 3                       # W_h h_t, W_x x_t, W_h~ h~
+    tape = 2 * b * (t + 1) / 2 * (nh + 2 * nh) * 3               # v^T tanh, summaries
+    return t * (gates + attn + tape)
+  if cand in ("gru", "lstm"):
+    g = 3 if cand == "gru" else 4
+    fwd = 2 * b * (nx + nh) * g * nh
+    bwd = 2 * b * (g * nh * nh + nh * g * nh + nx * g * nh)     # dh, dW_h, dW_x
+    return t * (fwd + bwd)
+  fwd = 2 * b * (nx * 3 * nh + nh * 2 * nh)
+  bwd = 2 * b * (2 * nh * nh + nh * 2 * nh + nx * 3 * nh)        # dh, dK_h, dK_x
+  if cand.startswith("rum1"):
+    fwd += 2 * b * 3 * nh * nh                                   # R [d, b, x]
+    bwd += 2 * b * 7 * nh * nh                                   # Q [d, a], Q^T, R^T [3]
+  return t * (fwd + bwd)
+
+
+def _loss_and_params(cand, xs, nh):
+  """``(loss(params, xs), params)`` of a candidate without its ``:dp`` suffix."""
+  nx = xs.shape[-1]
+  if cand in ("gru", "lstm"):
+    model = nn.RNN(nn.GRUCell(nh) if cand == "gru" else nn.OptimizedLSTMCell(nh))
+    return (lambda p, x: jnp.sum(model.apply(p, x) ** 2)), model.init(jax.random.key(1), xs)
+  impl = "reference" if cand.endswith("_ref") else "fast"
+  if cand.startswith("lstmn"):
+    params = rumjax.init_lstmn_params(jax.random.key(1), nx, nh, nh)
+    return (lambda p, x: jnp.sum(rumjax.lstmn_scan(p, x, impl=impl)[0] ** 2)), params
+  lam = 1 if cand.startswith("rum1") else 0
+  params = rumjax.init_rum_params(jax.random.key(1), nx, nh)
+  return (lambda p, x: jnp.sum(rumjax.rum_scan(p, x, lam=lam, impl=impl)[1] ** 2)), params
+
+
+def make_step(cand, shape):
+  """``(jitted grad function, params, xs)`` for a candidate at a shape.
+
+  ``<name>:dp``: the batch split over all devices, parameters replicated (the loop's
+  data parallelism)."""
+  cand, _, mode = cand.partition(":")
+  if mode not in ("", "dp"):
+    raise ValueError(f"candidate suffix must be ':dp', got {mode!r}.")
+  b, t, nx, nh = shape
+  xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32)
+  if cand not in CANDIDATES:
+    raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
+                     "rum1_ref, lstmn, lstmn_ref, optionally with ':dp'.")
+  loss, params = _loss_and_params(cand, xs, nh)
+  if mode == "dp":
+    mesh = sharding.make_mesh()
+    sharding.check_batch_size(b, mesh)
+    xs = jax.device_put(xs, sharding.batch_sharding(mesh))
+    params = jax.device_put(params, sharding.replicated(mesh))
+  return jax.jit(jax.grad(loss)), params, xs
+
+
+def rss_child(cand, shape_name, cpu_devices=None):
+  """Builds, compiles and runs one step of ``cand``; prints ``{"maxrss_mb": ...}``."""
+  sharding.use_cpu_devices(cpu_devices)
+  f, params, xs = make_step(cand, parse_shape(shape_name))
+  jax.block_until_ready(f(params, xs))
+  print(json.dumps({"maxrss_mb": timing.peak_rss_mb()}))
+
+
+def measure_rss(cand, shape_name, cpu_devices):
+  """Peak RSS (MB) of a fresh Python process that runs only :func:`rss_child`."""
+  code = ("from rumjax.benchmarks import cells; "
+          f"cells.rss_child({cand!r}, {shape_name!r}, {cpu_devices!r})")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
+
+
+def _compile_row(c, shape, runs):
+  """Compiles ``c``'s step into ``runs[c]``; its row: compile time, XLA MB, matmul GFLOP."""
+  f, params, xs = make_step(c, shape)
+  runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
+  mem = runs[c][0].memory_analysis()
+  return {
+      "compile_s": compile_s,
+      "xla_mb": (mem.temp_size_in_bytes + mem.argument_size_in_bytes
+                 + mem.output_size_in_bytes) / 2**20,
+      "xla_temp_mb": mem.temp_size_in_bytes / 2**20,
+      "matmul_gflop": matmul_flops(c, *shape) / 1e9,
+  }
+
+
+def add_ratios(rows):
+  """``ratio_gru`` (same mode), ``ratio_lstm`` (same mode), ``ratio_best_gru``."""
+  grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
+  for c, r in rows.items():
+    same = "gru:dp" if c.endswith(":dp") else "gru"
+    if same in grus:
+      r["ratio_gru"] = r["ms"] / grus[same]
+    lstm = "lstm:dp" if c.endswith(":dp") else "lstm"
+    if lstm in rows:
+      r["ratio_lstm"] = r["ms"] / rows[lstm]["ms"]
+    if grus:
+      r["ratio_best_gru"] = r["ms"] / min(grus.values())
+
+
+def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=False,
+              cpu_devices="auto"):
+  """Times the candidates' training steps at one shape, alternated per round; lam=1
+  candidates above ``max_rum1_hidden`` are skipped. ``rss``: also each one's peak RSS in a
+  subprocess with ``cpu_devices``."""
+  cands = [c for c in candidates if not (c.startswith("rum1") and shape[3] > max_rum1_hidden)]
+  runs = {}
+  rows = {c: _compile_row(c, shape, runs) for c in cands}
+  timing.time_alternated(runs, rows, repeats)
+  for c, r in rows.items():
+    r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
+    r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
+    if rss:
+      r["rss_mb"] = measure_rss(c, name, cpu_devices)
+  add_ratios(rows)
+  return rows
+
+
+def format_header():
+  """The training table's header line."""
+  return (f"{'shape':>16} {'cand':>9} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+          f"{'x LSTM':>6} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} "
+          f"{'mm@peak ms':>10} {'mm frac':>7}")
+
+
+def _ratio(r, key, width=6):
+  return f"{r[key]:{width}.2f}" if key in r else f"{'-':>{width}}"
+
+
+def format_rows(name, rows):
+  """The training table's lines of one shape (no header)."""
+  lines = []
+  for c, r in rows.items():
+    rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
+    lines.append(
+        f"{name:>16} {c:>9} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
+        f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} {r['compile_s']:9.2f} "
+        f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
+        f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
+  return "\n".join(lines)

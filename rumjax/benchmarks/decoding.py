@@ -1,0 +1,92 @@
+"""Greedy vs beam search decoding: ms per decoded batch of a one-cell decoder (GRU or RUM
+lam 0/1; embed, one cell step, dense to the vocabulary) with random parameters. ``eos`` is
+never picked (output bias -1e9), so every search runs to ``max_len``."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import rumjax
+from rumjax.benchmarks import timing
+
+BOS, EOS = 1, 2
+
+
+def parse_decode_shape(text):
+  """``(B, Nh, V, T)`` of ``BxNhxVxT``."""
+  shape = tuple(int(v) for v in text.lower().split("x"))
+  if len(shape) != 4:
+    raise ValueError(f"decode_shape {text!r} is not BxNhxVxT.")
+  return shape
+
+
+def make_decoder(cell_name, b, nh, vocab):
+  """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
+  step, dense to the vocabulary; random parameters, eos's output bias at -1e9."""
+  if cell_name not in ("gru", "rum0", "rum1"):
+    raise ValueError(f"unknown decoder cell {cell_name!r}: gru, rum0, rum1.")
+  cell = nn.GRUCell(nh) if cell_name == "gru" else rumjax.RUMCell(nh, lam=int(cell_name[3]))
+  embed, out = nn.Embed(vocab, nh), nn.Dense(vocab)
+  k_embed, k_cell, k_out = jax.random.split(jax.random.key(1), 3)
+  carry, x = cell.initialize_carry(k_cell, (b, nh)), jnp.zeros((b, nh))
+  params = {"embed": embed.init(k_embed, jnp.zeros((b,), jnp.int32)),
+            "cell": cell.init(k_cell, carry, x), "out": out.init(k_out, x)}
+  bias = params["out"]["params"]["bias"]
+  params["out"]["params"]["bias"] = bias.at[EOS].set(-1e9)
+
+  def tokens_to_logits(p, tokens, carry):
+    carry, h = cell.apply(p["cell"], carry, embed.apply(p["embed"], tokens))
+    return out.apply(p["out"], h), carry
+  return tokens_to_logits, params, carry
+
+
+def make_search(tokens_to_logits, beam, b, max_len, min_len):
+  """Jitted ``search(params, carry) -> best sequences <int>[b, max_len]``; greedy if
+  ``beam == 0``."""
+  opts = dict(batch_size=b, bos_id=BOS, eos_id=EOS, max_len=max_len, min_len=min_len)
+
+  def search(params, carry):
+    f = functools.partial(tokens_to_logits, params)
+    if not beam:
+      return rumjax.greedy_search(f, carry, **opts)[0]
+    return rumjax.beam_search(f, carry, beam_size=beam, length_normalization="average",
+                              **opts)[0][:, 0]
+  return jax.jit(search)
+
+
+def run_decoding(shape, cells, beams, min_len, repeats):
+  """Times greedy and beam search per decoder cell, alternated per round."""
+  b, nh, vocab, max_len = shape
+  runs, rows = {}, {}
+  for cell in cells:
+    tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab)
+    for k in [0] + beams:
+      name = f"{cell}/{f'beam{k}' if k else 'greedy'}"
+      f = make_search(tokens_to_logits, k, b, max_len, min(min_len, max_len))
+      runs[name], compile_s, seqs = timing.compile_and_run(f, params, carry)
+      rows[name] = {"cell": cell, "beam": k, "compile_s": compile_s,
+                    "tokens": int((seqs != EOS).sum())}
+  timing.time_alternated(runs, rows, repeats)
+  for r in rows.values():
+    r["tokens_per_s"] = 1e3 * r["tokens"] / r["ms"]
+  for r in rows.values():
+    r["ratio_greedy"] = r["ms"] / rows[f"{r['cell']}/greedy"]["ms"]
+    gru = rows.get("gru/" + (f"beam{r['beam']}" if r["beam"] else "greedy"))
+    if gru:
+      r["ratio_gru"] = r["ms"] / gru["ms"]
+  return rows
+
+
+def format_decoding(name, rows):
+  """The decoding table (header and one line per cell and search)."""
+  lines = [f"{'shape BxNhxVxT':>18} {'cell':>5} {'search':>7} {'ms/batch':>9} "
+           f"{'x greedy':>8} {'x GRU':>6} {'compile s':>9} {'tokens/s':>9}"]
+  for r in rows.values():
+    search = f"beam{r['beam']}" if r["beam"] else "greedy"
+    ratio = f"{r['ratio_gru']:6.2f}" if "ratio_gru" in r else f"{'-':>6}"
+    lines.append(f"{name:>18} {r['cell']:>5} {search:>7} {r['ms']:9.2f} "
+                 f"{r['ratio_greedy']:8.2f} {ratio} {r['compile_s']:9.2f} "
+                 f"{r['tokens_per_s']:9.0f}")
+  return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""The benchmarks' pure pieces (rumjax/benchmarks/): shape parsing, FLOP counts, ratios and
+table formatting on fake rows. No timings are asserted; launch/benchmark.py end to end is in
+test_launch.py."""
+
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+from rumjax.benchmarks import cells, decoding, encoders, lm, timing
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def test_parse_shape_named_and_explicit():
+  assert cells.parse_shape("copying") == (128, 520, 10, 100)
+  assert cells.parse_shape("4X5x3x4") == (4, 5, 3, 4)
+
+
+@pytest.mark.parametrize("name", ["4x5x3", "4x5x3x4x1"])
+def test_parse_shape_wrong_rank(name):
+  with pytest.raises(ValueError, match="is neither .* nor BxTxNxxNh"):
+    cells.parse_shape(name)
+
+
+def test_parse_shape_not_a_number():
+  with pytest.raises(ValueError):
+    cells.parse_shape("recal")
+
+
+def test_parse_decode_lm_and_encoder_shapes():
+  assert decoding.parse_decode_shape("2x8x32x6") == (2, 8, 32, 6)
+  with pytest.raises(ValueError, match="is not BxNhxVxT"):
+    decoding.parse_decode_shape("2x8x32")
+  assert lm.parse_lm_shape("2x5", 100.0) == (2, 5)
+  with pytest.raises(ValueError, match="is not BxT or lm_scale"):
+    lm.parse_lm_shape("2x5", 0.0)
+  with pytest.raises(ValueError, match="is not BxT or lm_scale"):
+    lm.parse_lm_shape("2x5x1", 1.0)
+  assert encoders.parse_encoder_args(["2x8", "4x16"], "1x16") == ([(2, 8), (4, 16)], (1, 16))
+  for shapes, size in [(["2x8x1"], "1x16"), (["2x8"], "16"), (["ax8"], "1x16")]:
+    with pytest.raises(ValueError, match="must be BxT and encoder_size"):
+      encoders.parse_encoder_args(shapes, size)
+
+
+def test_make_step_rejects_unknown_candidates():
+  with pytest.raises(ValueError, match="suffix must be ':dp'"):
+    cells.make_step("gru:tp", (2, 3, 2, 2))
+  with pytest.raises(ValueError, match="unknown candidate 'rnn'"):
+    cells.make_step("rnn", (2, 3, 2, 2))
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def test_matmul_flops_gru_by_hand():
+  # B = T = Nx = Nh = 1, 3 gates: forward x W_x (1x3) and h W_h (1x3): 2 * 3 each;
+  # backward dh = dg W_h^T, dW_h = h^T dg, dW_x = x^T dg: 2 * 3 each. Per step 30.
+  assert cells.matmul_flops("gru", 1, 1, 1, 1) == 12 + 18
+  assert cells.matmul_flops("gru", 1, 7, 1, 1) == 7 * 30
+  assert cells.matmul_flops("gru:dp", 2, 3, 4, 5) == cells.matmul_flops("gru", 2, 3, 4, 5)
+
+
+def test_matmul_flops_lstm_and_rum():
+  # LSTM: 4 gates instead of 3, same structure.
+  assert cells.matmul_flops("lstm", 1, 1, 1, 1) == 2 * 2 * 4 + 2 * 3 * 4
+  # RUM lam=0: forward x (Nx x 3Nh), h (Nh x 2Nh): 2 (3 + 2); backward 2 (2 + 2 + 3).
+  assert cells.matmul_flops("rum0", 1, 1, 1, 1) == 10 + 14
+  # lam=1 adds the associative memory: 3 forward and 7 backward Nh^2 products per example.
+  b, t, nx, nh = 3, 4, 5, 6
+  extra = cells.matmul_flops("rum1", b, t, nx, nh) - cells.matmul_flops("rum0", b, t, nx, nh)
+  assert extra == t * 2 * b * 10 * nh * nh
+  assert cells.matmul_flops("rum1_ref", b, t, nx, nh) == cells.matmul_flops("rum1", b, t, nx, nh)
+
+
+def test_matmul_flops_lstmn_grows_quadratically_in_t():
+  f = lambda t: cells.matmul_flops("lstmn", 2, t, 3, 4)   # the tape term is O(T^2)
+  assert f(10) > 10 * f(1) > 0
+
+
+# ---------------------------------------------------------------------------- rows
+
+
+def _row(ms, **extra):
+  return dict(ms=ms, compile_s=0.5, xla_mb=1.25, matmul_gflop=0.01, matmul_ms_at_peak=0.1,
+              matmul_fraction=0.07, **extra)
+
+
+def test_add_ratios_same_mode_and_best():
+  rows = {"gru": _row(2.0), "lstm": _row(4.0), "rum1": _row(6.0), "gru:dp": _row(1.0),
+          "rum1:dp": _row(3.0)}
+  cells.add_ratios(rows)
+  assert rows["rum1"]["ratio_gru"] == 3.0 and rows["rum1:dp"]["ratio_gru"] == 3.0
+  assert rows["rum1"]["ratio_best_gru"] == 6.0 and rows["gru"]["ratio_best_gru"] == 2.0
+  assert rows["rum1"]["ratio_lstm"] == 1.5 and "ratio_lstm" not in rows["rum1:dp"]
+
+
+def test_time_alternated_sets_times_and_median():
+  runs = {name: (lambda x: x + 1, (jnp.zeros(2),)) for name in ("a", "b")}
+  rows = {"a": {}, "b": {}}
+  timing.time_alternated(runs, rows, repeats=3)
+  for r in rows.values():
+    assert len(r["times_ms"]) == 3 and r["ms"] == sorted(r["times_ms"])[1]
+
+
+def test_peak_rss_is_positive():
+  assert timing.peak_rss_mb() > 0
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _check_table(lines, placeholders):
+  """Every line as wide as the header; the missing ratios printed as '-'."""
+  assert all(len(line) == len(lines[0]) for line in lines), lines
+  assert sum(line.split().count("-") for line in lines[1:]) == placeholders
+
+
+def test_format_training_table():
+  rows = {"gru": _row(1.5, ratio_gru=1.0, ratio_best_gru=1.0),
+          "rum1:dp": _row(2.5, ratio_best_gru=1.7, ratio_lstm=0.9, rss_mb=345.6)}
+  lines = [cells.format_header()] + cells.format_rows("4x5x3x4", rows).split("\n")
+  assert lines[0].split()[:3] == ["shape", "cand", "ms/step"]
+  assert lines[2].split() == ["4x5x3x4", "rum1:dp", "2.50", "-", "1.70", "0.90", "0.50",
+                              "1.2", "346", "0.01", "0.10", "0.07"]
+  _check_table(lines, placeholders=3)   # gru: x LSTM, RSS; rum1:dp: x GRU
+
+
+def test_format_decoding_table():
+  rows = {"gru/greedy": dict(cell="gru", beam=0, ms=1.234, ratio_greedy=1.0, ratio_gru=1.0,
+                             compile_s=0.5, tokens_per_s=1234.5),
+          "rum1/beam4": dict(cell="rum1", beam=4, ms=12.3, ratio_greedy=3.0, compile_s=2.5,
+                             tokens_per_s=34.5)}
+  lines = decoding.format_decoding("2x8x32x6", rows).split("\n")
+  assert "x greedy" in lines[0]
+  assert lines[1].split() == ["2x8x32x6", "gru", "greedy", "1.23", "1.00", "1.00", "0.50",
+                              "1234"]
+  assert lines[2].split()[:3] == ["2x8x32x6", "rum1", "beam4"]
+  _check_table(lines, placeholders=1)
+
+
+def test_format_lm_table():
+  rows = {"fs_rum2": dict(params=123456, ms=3.2, tokens_per_s=999.0, ratio_fs_lstm2=1.5,
+                          compile_s=3.0),
+          "rum1000": dict(params=7, ms=3.2, tokens_per_s=9.0, ratio_lstm1000=1.0,
+                          compile_s=3.0)}
+  lines = lm.format_lm("2x5", rows).split("\n")
+  assert "x fs_lstm2" in lines[0] and "123,456" in lines[1]
+  _check_table(lines, placeholders=2)
+
+
+def test_format_encoders_table():
+  tables = {"2x8": {"starsaber": dict(params=1025, ms=1.0, tokens_per_s=16.0, compile_s=1.0),
+                    "transformer": dict(params=5_000_000, ms=2.0, tokens_per_s=8.0,
+                                        ratio_transformer=1.0, compile_s=1.0)}}
+  lines = encoders.format_encoders("1x16", tables).split("\n")
+  assert "x transformer" in lines[0] and "5,000,000" in lines[2]
+  _check_table(lines, placeholders=1)
+
+
+def test_the_command_reports_a_bad_shape_in_one_line():
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--shapes=32x5",
+                         "--matmul_size=8", "--repeats=1", "--cpu_devices=1"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: shape '32x5' is neither")
