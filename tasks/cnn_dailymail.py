@@ -48,28 +48,12 @@ SUBMISSION_PRED = "beam"
 
 def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   """The paper's set-up (module docstring); ``variant`` one of :data:`VARIANTS`."""
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown {NAME} variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for lead).")
-  configuration = variant or "lead"
-  c = common.base_config(NAME, variant)
-  summ.add_common_fields(c, configuration)
+  c = summ.real_data_config(NAME, variant, VARIANTS)
   c.manual_dir = common.shared_data_dir("cnn_dailymail")
-  c.data_dir = ""
   c.train_csv = ""
   c.allow_missing_stories = False
   c.malformed_stories = "error"
   c.num_steps = 230_000
-  c.eval_every = 5000
-  c.checkpoint_every = 5000
-  c.log_every = 100
-  c.rouge_every = 0
-  c.rouge_batches = 8
-  c.model = summ.model_config(configuration)
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=8)
-  c.evals.dev = common.eval_entry("dev", c.get_ref("rouge_every"), type="rouge",
-                                  pred="beam", texts="summary",
-                                  batches=c.get_ref("rouge_batches"))
   return c
 
 
@@ -77,7 +61,7 @@ def validate_config(config) -> None:
   """Raises ``ValueError`` naming the first bad field."""
   common.check_task(config, NAME, VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
-  summ.validate_fields(config)
+  summ.validate_real_data_fields(config)
   common.check_data_folders(config, "cnn_stories/ (or dailymail_stories/) and url_lists/")
   if config.train_csv and not os.path.isfile(os.path.expanduser(config.train_csv)):
     raise ValueError(f"config.train_csv={config.train_csv!r} is not a file; give a CSV with "
@@ -85,8 +69,6 @@ def validate_config(config) -> None:
   if config.malformed_stories not in ("error", "skip", "keep"):
     raise ValueError(f"config.malformed_stories={config.malformed_stories!r} must be "
                      "'error', 'skip' or 'keep'.")
-  common.check_int(config, "rouge_every", 0)
-  common.check_int(config, "rouge_batches", 1)
 
 
 # ----------------------------------------------------------------------------- data

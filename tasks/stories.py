@@ -40,11 +40,7 @@ SUBMISSION_PRED = "beam"
 
 def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   """The paper's set-up (module docstring); ``variant`` one of :data:`VARIANTS`."""
-  c = cnn_dailymail.default_config(variant)
-  c.task = NAME
-  for field in ("train_csv", "allow_missing_stories", "malformed_stories"):
-    del c[field]
-  c.manual_dir = ""
+  c = summ.real_data_config(NAME, variant, VARIANTS)
   c.ood_manual_dir = ""
   c.subtask = "s2s"
   c.num_steps = 100_000
@@ -55,7 +51,7 @@ def validate_config(config) -> None:
   """Raises ``ValueError`` naming the first bad field."""
   common.check_task(config, NAME, VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
-  summ.validate_fields(config)
+  summ.validate_real_data_fields(config)
   if config.subtask not in SUBTASKS:
     raise ValueError(f"config.subtask={config.subtask!r} must be one of {list(SUBTASKS)}.")
   if not config.manual_dir:
@@ -69,8 +65,6 @@ def validate_config(config) -> None:
                      "out-of-domain evaluation data, the other subtasks none.")
   if config.ood_manual_dir and not os.path.isdir(os.path.expanduser(config.ood_manual_dir)):
     raise ValueError(f"config.ood_manual_dir={config.ood_manual_dir!r} is not a folder.")
-  common.check_int(config, "rouge_every", 0)
-  common.check_int(config, "rouge_batches", 1)
 
 
 # ----------------------------------------------------------------------------- data

@@ -96,6 +96,39 @@ def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
   c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
 
 
+def real_data_config(name: str, variant, variants) -> ml_collections.ConfigDict:
+  """The config of a summarization task on real text (``cnn_dailymail``, ``stories``):
+  :func:`add_common_fields`, the paper's model for ``variant`` (None: LEAD), the dev loss
+  every ``eval_every`` (8 batches) and the dev ROUGE of the beam search on the first
+  ``rouge_batches`` every ``rouge_every`` (0: at the end only)."""
+  if variant is not None and variant not in variants:
+    raise ValueError(f"unknown {name} variant {variant!r}; known variants are "
+                     f"{list(variants)} (or None for lead).")
+  configuration = variant or "lead"
+  c = common.base_config(name, variant)
+  add_common_fields(c, configuration)
+  c.manual_dir = ""
+  c.data_dir = ""
+  c.eval_every = 5000
+  c.checkpoint_every = 5000
+  c.log_every = 100
+  c.rouge_every = 0
+  c.rouge_batches = 8
+  c.model = model_config(configuration)
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=8)
+  c.evals.dev = common.eval_entry("dev", c.get_ref("rouge_every"), type="rouge",
+                                  pred="beam", texts="summary",
+                                  batches=c.get_ref("rouge_batches"))
+  return c
+
+
+def validate_real_data_fields(config) -> None:
+  """:func:`validate_fields` and the fields of :func:`real_data_config`."""
+  validate_fields(config)
+  common.check_int(config, "rouge_every", 0)
+  common.check_int(config, "rouge_batches", 1)
+
+
 def validate_fields(config) -> None:
   """``ValueError`` naming the first bad summarization field."""
   if config["configuration"] not in CONFIGURATIONS:
