@@ -43,10 +43,15 @@ def draw_curve(ax, runs: Mapping[str, Mapping[str, Any]], key: str, ylabel: str,
 def draw_gradients(ax, runs: Mapping[str, Mapping[str, Any]], key: str, xlabel: str,
                    title: str):
   """One line per run of the per-step mean ``|d loss / d output|`` ``gradients[key]``
-  (Figure 6c,d), against the step index from 0."""
+  (Figure 6c,d), against the step index from 0, on a log axis (the runs differ by orders
+  of magnitude; zeros, e.g. at padded steps, are left out)."""
+  positive = False
   for label, run in runs.items():
     g = _floats(run["gradients"][key])
     ax.plot(np.arange(len(g)), g, lw=1.2, label=label)
+    positive |= bool(np.any(g > 0))
+  if positive:
+    ax.set_yscale("log", nonpositive="mask")
   ax.set_xlabel(xlabel)
   ax.set_ylabel(r"mean $|\partial\,\mathrm{loss} / \partial\,\mathrm{output}|$")
   ax.set_title(title)
