@@ -186,7 +186,8 @@ def test_bad_shapes_raise_clear_errors():
     rumjax.rum_scan(params, _xs(20, 2, 6, 3), h0=jnp.zeros((3, 4)))
 
 
-@hypothesis.settings(max_examples=6, deadline=None)
+@hypothesis.settings(deadline=None)   # examples: the profile (tests/conftest.py)
+@hypothesis.example(nh=2, nx=1, t=3, seed=1, eta=0.5)   # cos = -1.000000: issue 26
 @hypothesis.given(nh=st.integers(2, 12), nx=st.integers(1, 6), t=st.integers(1, 30),
                   seed=st.integers(0, 2**20), eta=st.sampled_from([None, 0.5, 2.0]))
 def test_property_memory_orthogonal_and_norm(nh, nx, t, seed, eta):
