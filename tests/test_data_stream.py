@@ -91,8 +91,11 @@ def test_process_sharding_gives_the_global_rows():
 
 
 def test_errors_name_the_problem():
-  with pytest.raises(ValueError, match="at least batch_size \\* seq_len \\+ 1 = 21"):
+  with pytest.raises(ValueError, match="has 20 tokens, too few .* needs batch_size \\* "
+                     "seq_len \\+ 1 = 21"):
     data.StreamBatches(np.arange(20), batch_size=4, seq_len=5)
+  with pytest.raises(ValueError, match="^the stream of /d/ptb.train.txt has 20 tokens"):
+    data.StreamBatches(np.arange(20), batch_size=4, seq_len=5, source="/d/ptb.train.txt")
   with pytest.raises(ValueError, match="1-D integer array"):
     data.StreamBatches(np.zeros((2, 10), np.int32), batch_size=1, seq_len=2)
   with pytest.raises(ValueError, match="seq_len=0"):

@@ -160,17 +160,23 @@ def test_missing_split_is_one_line_and_asked_for(tmp_path, caplog):
     clue.read_split(builder, "validation")
   assert isinstance(err.value, FileNotFoundError)
   assert f"its file {dev} was missing" in str(err.value)
-  assert "delete that folder to rebuild" in str(err.value) and "\n" not in str(err.value)
+  assert "put the file there and run again" in str(err.value)
+  assert "\n" not in str(err.value)
   with pytest.raises(clue.MissingSplitError):
     clue.load_splits("afqmc", manual, str(tmp_path / "tfds"), splits=clue.SPLITS)
-  # Adding the file later: the data stays as prepared, and a line says how to rebuild.
+  # Adding the file later: the data is prepared again with it (a new folder; the old one
+  # is kept), and one line says why.
   _write(manual, {"dev.json": AFQMC["dev.json"]})
   caplog.clear()
   with caplog.at_level(logging.WARNING):
     again = clue.prepare("afqmc", manual, str(tmp_path / "tfds"))
-  assert clue.available_splits(again) == ("train", "test")
-  assert again.info.metadata["missing_splits"] == ["validation"]
-  assert any("delete that folder" in m for m in _said(caplog, "CLUE afqmc:"))
+  assert clue.available_splits(again) == clue.SPLITS
+  assert again.info.metadata["missing_splits"] == []
+  assert os.path.isdir(builder.data_dir) and again.data_dir != builder.data_dir
+  assert [m for m in _said(caplog, "CLUE afqmc:") if "changed since" in m] == [
+      f"CLUE afqmc: the source files in {manual} changed since the data in "
+      f"{builder.data_dir} was prepared (dev.json: added); preparing it again in "
+      f"{again.data_dir} (the old folder is kept: delete it to free the space)."]
 
 
 def test_archive_subfolder_is_found(tmp_path):

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tasks.datasets import cnn_dailymail as cnndm
+from tasks.datasets import prepare as prepare_lib
 from tasks.datasets import stories
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,7 +157,7 @@ def test_splits_by_url_hash_from_both_folders(tmp_path):
   assert [ex["id"] for ex in splits["test"]] == [_hash(CNN_URLS["test"][0])]
   assert splits["validation"][0]["highlights"] == "It rained in London ."
   assert builder.info.metadata["missing_stories"] == {"train": 0, "validation": 0, "test": 0}
-  assert builder.info.config_name == "strict"
+  assert prepare_lib.base_config_name(builder.info.config_name) == "strict"
 
 
 def test_missing_story_is_an_error_unless_allowed(tmp_path, caplog):
@@ -181,7 +182,7 @@ def test_missing_story_is_an_error_unless_allowed(tmp_path, caplog):
   train = cnndm.read_split(builder, "train")
   assert [(ex["index"], ex["id"]) for ex in train] == [(0, _hash(CNN_URLS["train"][0]))]
   assert builder.info.metadata["missing_stories"] == {"train": 2, "validation": 0, "test": 0}
-  assert builder.info.config_name == "allow_missing"
+  assert prepare_lib.base_config_name(builder.info.config_name) == "allow_missing"
 
 
 def test_missing_url_list_is_one_line_and_asked_for(tmp_path, caplog):
@@ -202,14 +203,19 @@ def test_missing_url_list_is_one_line_and_asked_for(tmp_path, caplog):
   assert isinstance(err.value, FileNotFoundError) and "\n" not in str(err.value)
   assert f"its url list {os.path.join(lists, 'all_test.txt')} was missing" in str(
       err.value)
-  # Added later: the data stays as prepared, and a line says how to rebuild.
+  # Added later: the data is prepared again with it (the old folder is kept), and one line
+  # says why.
   with open(os.path.join(lists, "all_test.txt"), "w") as f:
     f.write(CNN_URLS["test"][0] + "\n")
   caplog.clear()
   with caplog.at_level(logging.WARNING):
     again = cnndm.prepare(manual, str(tmp_path / "tfds"))
-  assert cnndm.available_splits(again) == ("validation",)
-  assert any("delete that folder" in m for m in _said(caplog, "CNN/DailyMail:"))
+  assert cnndm.available_splits(again) == ("validation", "test")
+  assert again.data_dir != builder.data_dir and os.path.isdir(builder.data_dir)
+  assert [m for m in _said(caplog, "CNN/DailyMail:") if "changed since" in m] == [
+      f"CNN/DailyMail: the source files in {manual} changed since the data in "
+      f"{builder.data_dir} was prepared (url_lists/all_test.txt: added); preparing it again "
+      f"in {again.data_dir} (the old folder is kept: delete it to free the space)."]
 
 
 def test_no_url_list_or_no_story_folder_is_one_line(tmp_path):
@@ -256,7 +262,7 @@ def test_malformed_story_stops_prepare_or_is_skipped_or_kept(tmp_path, caplog):
   keeping = cnndm.prepare(manual, str(tmp_path / "tfds"), malformed_stories="keep")
   kept = cnndm.read_split(keeping, "train")[2]
   assert (kept["article"], kept["highlights"]) == ("", "No article.")
-  assert keeping.info.config_name == "keep_malformed"
+  assert prepare_lib.base_config_name(keeping.info.config_name) == "keep_malformed"
   with pytest.raises(ValueError, match="malformed_stories='drop'"):
     cnndm.prepare(manual, str(tmp_path / "tfds"), malformed_stories="drop")
 
@@ -387,7 +393,7 @@ def test_source_target_of_the_four_subtasks():
 def test_stories_all_splits_file_order(tmp_path, caplog):
   manual = _stories(tmp_path / "Science-Daily")
   builder = stories.prepare(manual, str(tmp_path / "tfds"))
-  assert builder.info.config_name == "science_daily"
+  assert prepare_lib.base_config_name(builder.info.config_name) == "science_daily"
   assert stories.available_splits(builder) == stories.SPLITS
   splits = stories.load_splits(manual, str(tmp_path / "tfds"))
   assert {s: len(v) for s, v in splits.items()} == {"train": 2, "validation": 1, "test": 1}
@@ -399,17 +405,16 @@ def test_stories_all_splits_file_order(tmp_path, caplog):
   # A second dataset in the same data_dir is prepared under its own name.
   other = _stories(tmp_path / "other", {"test.jsonl": [{"story": "X.", "summary": "Y."}]})
   ood = stories.prepare(other, str(tmp_path / "tfds"))
-  assert ood.info.config_name == "other" and stories.available_splits(ood) == ("test",)
+  assert prepare_lib.base_config_name(ood.info.config_name) == "other"
+  assert stories.available_splits(ood) == ("test",)
   assert stories.read_split(ood, "test") == [{"index": 0, "story": "X.", "summary": "Y.",
                                               "title": ""}]
-  # The same name for another folder: the prepared data is the first folder's, and a line
-  # says so.
-  with caplog.at_level(logging.WARNING):
-    same = stories.prepare(other, str(tmp_path / "tfds"), name="science_daily")
-  assert stories.available_splits(same) == stories.SPLITS
-  assert _said(caplog, "Stories science_daily: the data in") == [
-      f"Stories science_daily: the data in {same.data_dir} was prepared from {manual}, not "
-      f"{other}; give another name= (or delete that folder)."]
+  # The same name for another folder: its own data (prepared under the name and the
+  # files' tag), the first folder's data untouched.
+  same = stories.prepare(other, str(tmp_path / "tfds"), name="science_daily")
+  assert stories.available_splits(same) == ("test",) and same.data_dir != builder.data_dir
+  assert stories.available_splits(stories.prepare(manual, str(tmp_path / "tfds"))) == (
+      stories.SPLITS)
 
 
 def test_stories_missing_split_and_no_files(tmp_path, caplog):
@@ -427,10 +432,11 @@ def test_stories_missing_split_and_no_files(tmp_path, caplog):
   caplog.clear()
   with caplog.at_level(logging.WARNING):
     again = stories.prepare(manual, str(tmp_path / "tfds"))
-  assert stories.available_splits(again) == ("train", "test")
+  assert stories.available_splits(again) == stories.SPLITS
   assert _said(caplog, "Stories sd: ") == [
-      f"Stories sd: {missing} is there now but the data in {again.data_dir} was prepared "
-      "without it; delete that folder to rebuild with it."]
+      f"Stories sd: the source files in {manual} changed since the data in "
+      f"{builder.data_dir} was prepared (validation.jsonl: added); preparing it again in "
+      f"{again.data_dir} (the old folder is kept: delete it to free the space)."]
   nowhere = str(tmp_path / "nowhere")
   with pytest.raises(FileNotFoundError) as err:
     stories.prepare(nowhere, str(tmp_path / "tfds"))

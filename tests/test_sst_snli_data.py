@@ -208,13 +208,17 @@ def test_snli_missing_split_is_said_and_asked_for(tmp_path, caplog):
   assert again.info.metadata["missing_splits"] == ["train"]
   with pytest.raises(FileNotFoundError, match="snli_1.0_train.jsonl"):
     snli.load_splits(manual, str(tmp_path / "tfds"))
-  # Adding the file later: the data stays as prepared, and a line says how to rebuild.
+  # Adding the file later: the data is prepared again, with it, in a new folder (the old
+  # one is kept), and one line says why.
   _write_snli(manual, {"train": SNLI_SPLITS["train"]}, gz=())
   caplog.clear()
   with caplog.at_level(logging.WARNING):
     again = snli.prepare(manual, str(tmp_path / "tfds"))
-  assert snli.available_splits(again) == ("validation", "test")
-  assert any("delete that folder" in r.getMessage() for r in caplog.records)
+  assert snli.available_splits(again) == snli.SPLITS
+  assert again.data_dir != builder.data_dir and os.path.isdir(builder.data_dir)
+  said = [r.getMessage() for r in caplog.records if "changed since" in r.getMessage()]
+  assert len(said) == 1 and "(snli_1.0_train.jsonl: added)" in said[0]
+  assert builder.data_dir in said[0] and again.data_dir in said[0]
 
 
 def test_snli_no_file_at_all_lists_the_files(tmp_path):

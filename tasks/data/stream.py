@@ -82,6 +82,13 @@ class StreamBatches:
       train = StreamBatches(ids, batch_size=20, seq_len=35)
       batch = next(train)    # batch["inputs"]: <int32>[20, 35], batch["reset"]: all True
 
+  Args:
+    tokens: <int>[N] the stream.
+    batch_size, seq_len: ``B`` rows of windows of ``T`` steps.
+    process_index, process_count: this process's rows of every global batch.
+    source: where the stream comes from (a file, ``"the PTB train split (ptb.train.txt)"``),
+      named when it is too short.
+
   Attributes:
     step: the global window counter of the batch ``next()`` returns; its epoch is
       ``step // windows_per_epoch`` and its window ``step % windows_per_epoch``.
@@ -90,7 +97,7 @@ class StreamBatches:
   """
 
   def __init__(self, tokens, *, batch_size: int, seq_len: int, process_index: int = 0,
-               process_count: int = 1):
+               process_count: int = 1, source: str = ""):
     tokens = _as_stream(tokens)
     _check_sizes(batch_size, seq_len)
     self.num_tokens = len(tokens)
@@ -99,9 +106,13 @@ class StreamBatches:
     self.steps_per_row = (self.num_tokens - 1) // self.batch_size
     self.windows_per_epoch = self.steps_per_row // self.seq_len
     if self.windows_per_epoch < 1:
-      raise ValueError(f"the stream of {self.num_tokens} tokens is too short for "
-                       f"batch_size={batch_size} rows of seq_len={seq_len} steps; it needs "
-                       f"at least batch_size * seq_len + 1 = {batch_size * seq_len + 1}.")
+      needed = self.batch_size * self.seq_len + 1
+      origin = f" of {source}" if source else ""
+      raise ValueError(f"the stream{origin} has {self.num_tokens:,} tokens, too few for "
+                       f"batch_size={batch_size} rows of seq_len={seq_len} steps: one "
+                       f"window needs batch_size * seq_len + 1 = {needed:,}; use the "
+                       "complete data (is the file truncated?) or a smaller batch_size or "
+                       "seq_len.")
     self.rows = process_rows(self.batch_size, process_index, process_count)
     self.checksum = checksum(tokens)
     used = self.batch_size * self.steps_per_row

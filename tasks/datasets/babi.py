@@ -31,10 +31,14 @@ Source: the public archive ``tasks_1-20_v1-2.tar.gz`` (downloaded when online) o
 
 Use (TensorFlow not needed)::
 
-    >>> builder = Babi(config="en-10k_qa1", data_dir="/tmp/tfds", file_format="array_record")
-    >>> builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-    ...     manual_dir="../shared/data/babi"))
+    >>> builder = prepare("en-10k", 1, manual_dir="../shared/data/babi", data_dir="/tmp/tfds")
     >>> ds = builder.as_data_source(split="train")   # random access, 9,000 examples
+
+:func:`prepare` prepares the data under a config named after the source files' content
+(``en-10k_qa1-<tag>``, see :mod:`tasks.datasets.prepare`: a changed file is prepared
+afresh) and logs one line per split whose question count is not the published one
+(:data:`NUM_QUESTIONS`). A file that is not UTF-8 text is a
+:class:`tasks.datasets.prepare.SourceFileError` naming the file and the byte.
 
 ``Babi(..., allow_download=False)`` never goes online: a missing or empty ``manual_dir``
 is an error that says which files to put where.
@@ -64,6 +68,13 @@ TASK_NAMES = {
 }
 DEV_FRACTION = 0.1
 DEV_SEED = 0
+# Questions per split of the published files (train and dev: the training file's 10,000 or
+# 1,000 questions split 90/10; test: the test file's 1,000), checked on ../shared/data/babi.
+NUM_QUESTIONS = {"en-10k": {"train": 9_000, "dev": 1_000, "test": 1_000},
+                 "en": {"train": 900, "dev": 100, "test": 1_000}}
+SPLIT_FILES = {"train": "train", "dev": "train", "test": "test"}   # the file of each split
+FIX = (f"put back the file of the bAbI v1.2 archive ({URL}), plain UTF-8 text, and run "
+       "again (the data is prepared again)")
 
 _CITATION = """\
 @inproceedings{weston2016towards,
@@ -166,10 +177,10 @@ def parse_lines(lines: Iterable[str], source: str = "<lines>") -> list[dict]:
 
 
 def parse_file(path) -> list[dict]:
-  """:func:`parse_lines` of a file (UTF-8)."""
+  """:func:`parse_lines` of a file (UTF-8; else :class:`prepare_lib.SourceFileError`
+  naming the file and the byte offset)."""
   path = epath.Path(path)
-  with path.open("r") as f:
-    return parse_lines(f, source=str(path))
+  return parse_lines(prepare_lib.read_text_lines(path, fix=FIX), source=str(path))
 
 
 def dev_indices(num_questions: int, seed: int = DEV_SEED) -> np.ndarray:
@@ -198,11 +209,13 @@ def split_train_dev(questions: Sequence[dict], seed: int = DEV_SEED):
 
 
 def missing_files_message(root, version: str, task: int, *, reason: str) -> str:
+  """One line: ``reason``, the files to create and where they come from."""
   paths = relative_paths(version, task)
-  wanted = "\n".join(f"  {epath.Path(root) / p}" for p in paths.values())
-  return (f"bAbI {config_name(version, task)}: {reason}. Put the files of the bAbI v1.2 "
-          f"archive ({URL}, unpacked; its folder {ARCHIVE_ROOT}/ holds en/ and en-10k/) "
-          f"there, laid out as in the archive:\n{wanted}")
+  wanted = ", ".join(str(epath.Path(root) / p) for p in paths.values())
+  return (f"bAbI {config_name(version, task)}: {reason}; create {wanted}: the files of the "
+          f"bAbI v1.2 archive ({URL}, unpacked; its folder {ARCHIVE_ROOT}/ holds en/ and "
+          "en-10k/), laid out as in the archive (or leave manual_dir empty to download it "
+          "when online).")
 
 
 class BabiConfig(tfds.core.BuilderConfig):
@@ -266,3 +279,41 @@ class Babi(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   def _generate_examples(self, questions: Sequence[dict]) -> Iterator[tuple[int, dict]]:
     for q in questions:
       yield q["question_index"], q
+
+
+# --------------------------------------------------------------------------- preparing
+
+
+def prepare(version: str, task: int, manual_dir: str = "", data_dir: str = "") -> Babi:
+  """The prepared builder of a sub-task (prepared in ``data_dir`` on first use; safe for two
+  runs that share ``data_dir``).
+
+  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
+  ``<version>_qa<task>-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`),
+  so a changed file is prepared afresh. Logs one line per split whose question count is not
+  the published one (:data:`NUM_QUESTIONS`).
+
+  Raises:
+    FileNotFoundError: listing the files to put in ``manual_dir``.
+    BabiFormatError: naming the file and line of a malformed line.
+    prepare_lib.SourceFileError: a file that is not UTF-8 text (names it and the byte).
+  """
+  name = config_name(version, task)
+  if name not in Babi.builder_configs:
+    raise ValueError(f"bAbI {name} is not a sub-task; use a version of {list(VERSIONS)} and "
+                     f"a task 1..{len(TASK_NAMES)}.")
+  manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  paths = relative_paths(version, task)
+  record = prepare_lib.source_record(manual_dir, paths.values()) if manual_dir else None
+  config = prepare_lib.sourced_config(Babi.builder_configs[name], record)
+  builder = prepare_lib.prepare(
+      lambda: Babi(config=config, data_dir=str(epath.Path(data_dir).expanduser())
+                   if data_dir else None, file_format="array_record",
+                   allow_download=not manual_dir),
+      manual_dir, record=record, dataset=f"bAbI {name}")
+  root = manual_dir or f"the downloaded {ARCHIVE_ROOT}"
+  prepare_lib.warn_counts(
+      f"bAbI {name}", {s: builder.info.splits[s].num_examples for s in SPLIT_FILES},
+      NUM_QUESTIONS[version], what="questions",
+      files={s: f"{epath.Path(root) / paths[f]}" for s, f in SPLIT_FILES.items()})
+  return builder

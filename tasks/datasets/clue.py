@@ -30,8 +30,9 @@ Missing splits: the builder builds the splits whose files are there and logs one
 naming the missing files (here TNEWS has no ``test.json``, see ../shared/data/README.md).
 :func:`read_split` of a split that was not built raises :class:`MissingSplitError`, one line
 naming the file it expects. A task with no file at all (CMNLI here) is a one-line
-``FileNotFoundError`` naming the folder and the files. The prepared data does not change
-when a file is added later: delete the prepared folder (the messages name it) to rebuild.
+``FileNotFoundError`` naming the folder and the files. Data prepared from
+``manual_dir`` follows its files (:mod:`tasks.datasets.prepare`): a file added, changed
+or removed later is prepared afresh, in a new folder.
 
 Source: CLUE's public archive (:data:`URLS`, downloaded when ``manual_dir`` is empty) or
 ``manual_dir``, a folder holding one task's files flat (an archive's ``<task>_public/``
@@ -154,7 +155,10 @@ def _read_label_names(path) -> tuple:
   """The ``(code, desc)`` pairs of a TNEWS ``labels.json``, in file order."""
   path = epath.Path(path)
   out = []
-  for lineno, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+  lines = prepare_lib.read_text_lines(path, fix="save it as UTF-8 text (CLUE's TNEWS "
+                                     "labels.json) and run again")
+  for lineno, line in enumerate(lines, start=1):
+    line = line.lstrip("\ufeff") if lineno == 1 else line
     if not line.strip():
       continue
     try:
@@ -224,7 +228,7 @@ def _parse(lines: Iterable[Union[str, bytes]], task: str, split: str, source: st
   codes = {code: i for i, (code, _) in enumerate(names)}
   descs = dict(names)
   fields = _TEXT_FIELDS[task]
-  out, dropped, index = [], 0, -1
+  out, dropped, index, offset = [], 0, -1, 0
   for lineno, line in enumerate(lines, start=1):
 
     def fail(msg):
@@ -233,10 +237,13 @@ def _parse(lines: Iterable[Union[str, bytes]], task: str, split: str, source: st
                             f"JSON object with {want}.")
 
     if isinstance(line, bytes):
+      start, offset = offset, offset + len(line)
       try:
         line = line.decode("utf-8")
       except UnicodeDecodeError as err:
-        fail(f"not UTF-8 ({err})")
+        fail(f"not UTF-8: byte {start + err.start:,} of the file is "
+             f"0x{line[err.start]:02x} (binary, damaged or another encoding?); save the "
+             "file as UTF-8 (CLUE's own files are)")
     if lineno == 1:
       line = line.lstrip("\ufeff")
     if not line.strip():
@@ -431,7 +438,7 @@ def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
 
 def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
   """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  return prepare_lib.missing_split_message(builder, split, dataset=f"CLUE {builder.builder_config.name}", splits=SPLITS,
+  return prepare_lib.missing_split_message(builder, split, dataset=f"CLUE {builder.builder_config.task}", splits=SPLITS,
                                            expected=expected_file, what="file")
 
 
@@ -452,14 +459,24 @@ def prepare(task: str, manual_dir: str = "", data_dir: str = "") -> Clue:
   """
   _check_task(task)
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  record = None
+  if manual_dir:
+    inner = epath.Path(find_root(manual_dir, task)).relative_to(manual_dir)
+    names = [str(inner / n) if str(inner) != "." else n
+             for n in (*FILE_NAMES.values(), LABELS_FILE)]
+    record = prepare_lib.source_record(manual_dir, names)
+  config = prepare_lib.sourced_config(Clue.builder_configs[task], record)
   builder = prepare_lib.prepare(
-      lambda: Clue(config=task, data_dir=str(epath.Path(data_dir).expanduser())
+      lambda: Clue(config=config, data_dir=str(epath.Path(data_dir).expanduser())
                    if data_dir else None, file_format="array_record",
                    allow_download=not manual_dir),
-      manual_dir)
-  if manual_dir:
-    root = find_root(manual_dir, task)
-    prepare_lib.warn_added_files(f"CLUE {task}", builder, lambda s: find_file(root, s))
+      manual_dir, record=record, dataset=f"CLUE {task}")
+  if task in NUM_EXAMPLES:
+    root = (builder.info.metadata or {}).get("source_dir") or "<the download>"
+    prepare_lib.warn_counts(
+        f"CLUE {task}", {s: builder.info.splits[s].num_examples
+                         for s in available_splits(builder)},
+        NUM_EXAMPLES[task], what="examples", files={s: expected_file(root, s) for s in SPLITS})
   return builder
 
 

@@ -54,9 +54,9 @@ Source: ``manual_dir``, a folder laid out as the public release::
     <manual_dir>/url_lists/all_train.txt  all_val.txt  all_test.txt
 
 or, when ``manual_dir`` is empty, the download of :data:`URLS` (the two story archives of
-https://cs.nyu.edu/~kcho/DMQA/ and See et al.'s url lists). The prepared data does not
-change when a file is added later: delete the prepared folder (the messages name it) to
-rebuild.
+https://cs.nyu.edu/~kcho/DMQA/ and See et al.'s url lists). Data prepared from
+``manual_dir`` follows its files (:mod:`tasks.datasets.prepare`): a file added, changed
+or removed later is prepared afresh, in a new folder.
 
 Use (TensorFlow not needed)::
 
@@ -155,9 +155,10 @@ def url_hash(url: str) -> str:
 
 
 def read_url_list(path) -> list[str]:
-  """The URLs of a url list file, in order (blank lines skipped)."""
-  text = epath.Path(path).read_text(encoding="utf-8")
-  return [line.strip() for line in text.splitlines() if line.strip()]
+  """The URLs of a url list file, in order (blank lines skipped); not UTF-8:
+  :class:`prepare_lib.SourceFileError` naming the file and the byte offset."""
+  lines = prepare_lib.read_text_lines(path, fix=f"put back {HOMEPAGE}'s url list")
+  return [line.strip() for line in lines if line.strip()]
 
 
 def fix_missing_period(line: str) -> str:
@@ -212,10 +213,14 @@ def parse_story(text: str, source: str = "<story>", *,
 def parse_story_file(path, *, check: bool = True) -> tuple[str, list[str]]:
   """:func:`parse_story` of a file (UTF-8)."""
   path = epath.Path(path)
+  data = path.read_bytes()
   try:
-    text = path.read_bytes().decode("utf-8")
+    text = data.decode("utf-8")
   except UnicodeDecodeError as err:
-    raise StoryFormatError(str(path), f"not UTF-8 ({err})", ".") from None
+    line = data.count(b"\n", 0, err.start) + 1
+    raise StoryFormatError(str(path), f"byte {err.start:,} (line {line}) is "
+                           f"0x{data[err.start]:02x}, not UTF-8 (binary, damaged or another "
+                           "encoding?)", "; put back the original .story file.") from None
   return parse_story(text, str(path), check=check)
 
 
@@ -478,14 +483,18 @@ def prepare(manual_dir: str = "", data_dir: str = "", *, allow_missing_stories: 
   """
   name = config_name(allow_missing_stories, malformed_stories)
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  record = None
+  if manual_dir:
+    record = prepare_lib.source_record(
+        manual_dir, [f"{URL_LIST_FOLDER}/{n}" for n in URL_LISTS.values()])
+    record.update({f"{f}/": prepare_lib.folder_digest(epath.Path(manual_dir) / f,
+                                                      STORY_SUFFIX) for f in STORY_FOLDERS})
+  config = prepare_lib.sourced_config(CnnDailymail.builder_configs[name], record)
   builder = prepare_lib.prepare(
-      lambda: CnnDailymail(config=name, data_dir=str(epath.Path(data_dir).expanduser())
+      lambda: CnnDailymail(config=config, data_dir=str(epath.Path(data_dir).expanduser())
                            if data_dir else None, file_format="array_record",
                            allow_download=not manual_dir),
-      manual_dir)
-  if manual_dir:
-    prepare_lib.warn_added_files("CNN/DailyMail", builder,
-                                 lambda s: find_url_list(manual_dir, s))
+      manual_dir, record=record, dataset="CNN/DailyMail")
   return builder
 
 

@@ -1,12 +1,183 @@
 """Preparing a TFDS builder from ``manual_dir`` or a download, safe for concurrent runs,
-and reading a prepared split back as plain dicts: the parts the builders share."""
+and reading a prepared split back as plain dicts: the parts the builders share.
 
+Prepared data follows its source. A builder prepared from ``manual_dir`` is prepared under
+a config named after the content of its source files (:func:`source_record`: size and
+SHA-256 of every file it reads, and which ones are absent), e.g. ``ptb/word-3f9a1c2b7d10/``:
+a changed, truncated, fixed or added file gives another name, so the data is prepared
+afresh in a new folder (one logged line names the files that changed), while the folder
+of the old files stays untouched (a run may still be reading it; delete it to free the
+space). The record is kept next to the data, in ``sources.json``. Data prepared from a
+download (``manual_dir`` empty) keeps the plain config name: the archive does not change.
+Two runs on one ``data_dir`` stay safe (:func:`prepare`): the same files give the same
+folder, prepared once; other files another folder. Limits: hashing reads every source file
+once per :func:`prepare` (PTB word: 6 MB, well under a second; CNN/DailyMail's story folders
+are fingerprinted by their listing of names and sizes, :func:`folder_digest`); a file edited
+while it is being prepared leaves data under the tag of its earlier content (the next run
+prepares the new content again); old folders are never deleted automatically.
+
+Source files are read as UTF-8 (:func:`read_text_lines`); a file that is not (binary,
+another encoding, a wrong gzip) is a :class:`SourceFileError` naming the file, the byte
+offset and the fix. :func:`warn_counts` logs one line per split whose size differs from the
+published one.
+"""
+
+import contextlib
+import copy
+import gzip
+import hashlib
+import json
+import logging as std_logging
+import os
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+import uuid
+import zlib
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
+
+SOURCES_FILE = "sources.json"   # the record of the source files, next to the prepared data
+TAG_LENGTH = 12                 # hex digits of the source fingerprint in the config name
+_CHUNK = 1 << 20
+
+
+class SourceFileError(ValueError):
+  """A source file that cannot be read (not UTF-8 text, a broken gzip file); the message
+  names the file, the byte offset and the fix."""
+
+
+# --------------------------------------------------------------------------- source record
+
+
+def file_digest(path) -> dict:
+  """``{"bytes": size, "sha256": hex digest}`` of a file (read in 1 MiB chunks)."""
+  h, size = hashlib.sha256(), 0
+  with epath.Path(path).open("rb") as f:
+    while chunk := f.read(_CHUNK):
+      h.update(chunk)
+      size += len(chunk)
+  return {"bytes": size, "sha256": h.hexdigest()}
+
+
+def source_record(root, names: Iterable[str]) -> dict:
+  """What data prepared from ``root`` is prepared from: ``{name: file_digest or None}``
+  for every file ``name`` (relative to ``root``) a builder may read, ``None`` for one that
+  is absent (so that adding it later changes the record too). Content only: the same
+  files in another folder give the same record."""
+  root = epath.Path(root)
+  return {n: file_digest(root / n) if (root / n).is_file() else None
+          for n in sorted(set(names))}
+
+
+def folder_digest(path, suffix: str = "") -> Optional[dict]:
+  """``{"files": n, "bytes": total size, "sha256": digest of the sorted (name, size)
+  listing}`` of the files of a folder whose names end in ``suffix`` (``None`` if the folder
+  is absent). A cheap stand-in for :func:`file_digest` of each file, for folders of
+  hundreds of thousands of files: a file added, removed, renamed or resized changes it, one
+  edited in place to the same size does not."""
+  path = epath.Path(path)
+  if not path.is_dir():
+    return None
+  listing = sorted((e.name, e.stat().st_size) for e in os.scandir(os.fspath(path))
+                   if e.is_file() and e.name.endswith(suffix))
+  h = hashlib.sha256("\n".join(f"{n}\t{b}" for n, b in listing).encode())
+  return {"files": len(listing), "bytes": sum(b for _, b in listing), "sha256": h.hexdigest()}
+
+
+def source_tag(record: Mapping) -> str:
+  """The first :data:`TAG_LENGTH` hex digits of the SHA-256 of ``record`` (canonical
+  JSON): the suffix of the config a builder prepares its data under."""
+  text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+  return hashlib.sha256(text.encode()).hexdigest()[:TAG_LENGTH]
+
+
+def sourced_config(config: tfds.core.BuilderConfig, record: Optional[Mapping]
+                   ) -> tfds.core.BuilderConfig:
+  """``config`` renamed ``<name>-<source_tag(record)>`` (a copy; ``record=None``: ``config``
+  itself, for data prepared from a download)."""
+  if record is None:
+    return config
+  out = copy.copy(config)
+  out.name = f"{config.name}-{source_tag(record)}"
+  return out
+
+
+def base_config_name(name: str) -> str:
+  """The config name without its source tag (``"word-3f9a1c2b7d10"`` -> ``"word"``)."""
+  head, sep, tail = name.rpartition("-")
+  if sep and len(tail) == TAG_LENGTH and all(c in "0123456789abcdef" for c in tail):
+    return head
+  return name
+
+
+def _changes(old: Mapping, new: Mapping) -> list[str]:
+  """``["ptb.train.txt: 230 -> 5,101,618 bytes", "x.txt: added", ...]``."""
+  out = []
+  for name in sorted(set(old) | set(new)):
+    a, b = old.get(name), new.get(name)
+    if a == b:
+      continue
+    if a is None:
+      out.append(f"{name}: added")
+    elif b is None:
+      out.append(f"{name}: removed")
+    elif a["bytes"] != b["bytes"]:
+      out.append(f"{name}: {a['bytes']:,} -> {b['bytes']:,} bytes")
+    else:
+      out.append(f"{name}: same size, other content (sha256 {a['sha256'][:12]} -> "
+                 f"{b['sha256'][:12]})")
+  return out
+
+
+def previous_preparation(builder: tfds.core.DatasetBuilder
+                         ) -> Optional[tuple[epath.Path, dict]]:
+  """The most recent other folder prepared for ``builder``'s config from other source files,
+  and its record (``None`` if there is none)."""
+  base = base_config_name(builder.builder_config.name)
+  here = epath.Path(builder.data_path)
+  version = here.name
+  found = []
+  for path in here.parent.parent.glob(f"{base}-*/{version}/{SOURCES_FILE}"):
+    if path.parent == here or base_config_name(path.parent.parent.name) != base:
+      continue
+    try:
+      found.append((os.stat(os.fspath(path)).st_mtime, path.parent, json.loads(path.read_text())))
+    except (OSError, ValueError):
+      continue
+  if not found:
+    return None
+  _, folder, record = max(found, key=lambda t: t[0])
+  return folder, record
+
+
+def _write_record(builder: tfds.core.DatasetBuilder, record: Mapping) -> None:
+  """``sources.json`` in the prepared folder (written once, atomically: a unique temporary
+  file renamed, so two runs never see half a file)."""
+  path = epath.Path(builder.data_path) / SOURCES_FILE
+  if path.exists():
+    return
+  tmp = path.parent / f".{SOURCES_FILE}.{uuid.uuid4().hex}"
+  tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+  os.replace(os.fspath(tmp), os.fspath(path))
+
+
+class _NoCustomConfigLine(std_logging.Filter):
+  """Drops TFDS's "Using custom data configuration" line (a sourced config is one)."""
+
+  def filter(self, record):
+    return not str(record.msg).startswith("Using custom data configuration")
+
+
+@contextlib.contextmanager
+def _quiet_custom_config():
+  logger, line = std_logging.getLogger("absl"), _NoCustomConfigLine()
+  logger.addFilter(line)
+  try:
+    yield
+  finally:
+    logger.removeFilter(line)
 
 
 class AllowDownload:
@@ -20,30 +191,52 @@ class AllowDownload:
 
 
 def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: str = "",
-            *, wait_seconds: float = 600.0) -> tfds.core.DatasetBuilder:
+            *, wait_seconds: float = 600.0, record: Optional[Mapping] = None,
+            dataset: str = "") -> tfds.core.DatasetBuilder:
   """``make_builder()`` prepared (``download_and_prepare``) and returned.
 
   Two runs that share a ``data_dir`` may prepare the same data at once; TFDS then fails in
   the one that finishes second (``FileExistsError`` when it renames its temporary folder).
   That run waits until the other's data is complete (at most ``wait_seconds``) and uses it.
 
+  With ``record`` (:func:`source_record`; the builder's config is then
+  :func:`sourced_config` of it), data about to be prepared while data of the same config
+  prepared from other source files exists logs one line naming the files that changed, and
+  the record is written to ``sources.json`` in the prepared folder. Nothing is deleted.
+
   Args:
     make_builder: builds the builder (with its ``config``, ``data_dir``, ``file_format``).
     manual_dir: the folder of the source files (``""``: download).
+    record: the source record the builder's config name was made from.
+    dataset: the data set as messages begin (``"PTB word"``).
   """
   config = tfds.download.DownloadConfig(manual_dir=manual_dir or None)
-  builder = make_builder()
+  with _quiet_custom_config():
+    builder = make_builder()
+  if record is not None and not (epath.Path(builder.data_path) / "dataset_info.json").exists():
+    previous = previous_preparation(builder)
+    if previous is not None and previous[1] != record:
+      folder, old = previous
+      logging.warning(
+          f"{dataset or builder.name}: the source files in {manual_dir} changed since the "
+          f"data in {folder} was prepared ({'; '.join(_changes(old, record))}); preparing "
+          f"it again in {builder.data_dir} (the old folder is kept: delete it to free "
+          "the space).")
   try:
     builder.download_and_prepare(download_config=config)
-    return builder
   except FileExistsError:
     deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-      builder = make_builder()
+    while True:
+      with _quiet_custom_config():
+        builder = make_builder()
       if builder.is_prepared():
-        return builder
+        break
+      if time.monotonic() >= deadline:
+        raise
       time.sleep(1.0)
-    raise
+  if record is not None:
+    _write_record(builder, record)
+  return builder
 
 
 def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
@@ -75,25 +268,92 @@ def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
         f"manual_dir {manual_path} does not exist or is empty")) from err
 
 
-def warn_added_files(name: str, builder: tfds.core.DatasetBuilder,
-                     find_file: Callable[[str], Any]) -> None:
-  """Logs one line when the file of a split that was missing when ``builder``'s data was
-  prepared is there now.
+# --------------------------------------------------------------------------- source files
 
-  TFDS never rebuilds prepared data, so without this line the new file would be ignored
-  silently; the line names it and says how to rebuild with it.
+
+def undecodable_message(source: str, data: bytes, err: UnicodeDecodeError, *, offset: int = 0,
+                        line: Optional[int] = None, fix: str = "") -> str:
+  """One line: ``source`` is not UTF-8 at byte ``offset + err.start`` (and ``line``)."""
+  where = offset + err.start
+  if line is None:
+    line = data.count(b"\n", 0, err.start) + 1
+  return (f"{source}: byte {where:,} (line {line}) is 0x{data[err.start]:02x}, which is not "
+          f"UTF-8 text: the file is binary, damaged or in another encoding; "
+          f"{fix or 'replace it with the original file'}.")
+
+
+def decode_line(raw: bytes, source: str, *, offset: int, line: int, fix: str = "") -> str:
+  """A line of a file as ``str``; :class:`SourceFileError` naming the file, the byte
+  offset (``offset``: the line's first byte in the file) and the line if it is not UTF-8."""
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError as err:
+    raise SourceFileError(undecodable_message(source, raw, err, offset=offset, line=line,
+                                              fix=fix)) from None
+
+
+def split_lines(text: str) -> list[str]:
+  """``text``'s lines, each with its ``"\n"`` (the last one without it if the text does
+  not end in one). Only ``"\n"`` ends a line, as when iterating over a file."""
+  parts = text.split("\n")
+  return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def read_text_lines(path, *, fix: str = "") -> list[str]:
+  """The lines of a UTF-8 text file (:func:`split_lines`).
+
+  Raises:
+    SourceFileError: the file is not UTF-8 text; names the file, the byte offset, the
+      line and ``fix`` (what to do).
+  """
+  path = epath.Path(path)
+  data = path.read_bytes()
+  try:
+    return split_lines(data.decode("utf-8"))
+  except UnicodeDecodeError as err:
+    raise SourceFileError(undecodable_message(str(path), data, err, fix=fix)) from None
+
+
+def binary_lines(path) -> Iterable[tuple[int, bytes]]:
+  """``(byte offset, line)`` of every line of a file, read as bytes (streamed); a ``.gz``
+  file is decompressed (offsets in the decompressed text), and a broken one is a
+  :class:`SourceFileError` naming it."""
+  path = epath.Path(path)
+  offset = 0
+  with path.open("rb") as raw:
+    f = gzip.open(raw, "rb") if str(path).endswith(".gz") else raw
+    try:
+      for line in f:
+        yield offset, line
+        offset += len(line)
+    except (OSError, EOFError, zlib.error) as err:
+      raise SourceFileError(
+          f"{path}: not a complete gzip file ({type(err).__name__}: {err}) after "
+          f"{offset:,} bytes of text; give the file as downloaded, or the unpacked file "
+          "without .gz.") from None
+
+
+def warn_counts(dataset: str, got: Mapping[str, int], want: Mapping[str, int], *,
+                what: str, files: Mapping[str, str]) -> list[str]:
+  """Logs one line per split whose count differs from the published one, naming the
+  file; returns the lines.
 
   Args:
-    name: the data set as the builder's messages begin (``"SNLI"``, ``"CLUE tnews"``).
-    builder: a prepared builder whose metadata lists its ``"missing_splits"``.
-    find_file: ``split -> `` the split's file in the source folder, or ``None``.
+    dataset: as messages begin (``"PTB word"``).
+    got: ``{split: count}`` found (splits that are not in ``want`` are not checked).
+    want: ``{split: published count}``.
+    what: the unit (``"lines"``, ``"questions"``).
+    files: ``{split: the file it was read from}``.
   """
-  added = [s for s in (builder.info.metadata or {}).get("missing_splits", [])
-           if find_file(s) is not None]
-  if added:
-    logging.warning(f"{name}: {find_file(added[0])} is there now but the data in "
-                    f"{builder.data_dir} was prepared without it; delete that folder to "
-                    "rebuild with it.")
+  lines = []
+  for split, n in got.items():
+    if split in want and n != want[split]:
+      lines.append(f"{dataset} {split}: {files.get(split, '?')} gives {n:,} {what} where "
+                   f"the published data has {want[split]:,}; check the file (truncated, or "
+                   "another version?): results on it are not comparable with published "
+                   "ones.")
+      logging.warning(lines[-1])
+  return lines
 
 
 # --------------------------------------------------------------------------- reading
@@ -145,8 +405,8 @@ def missing_split_message(builder: tfds.core.DatasetBuilder, split: str, *, data
   root = (builder.info.metadata or {}).get("source_dir", "<manual_dir>")
   return (f"{dataset} split {split!r} was not built: its {what} {expected(root, split)} was "
           f"missing when the data was prepared in {builder.data_dir}; put the file there "
-          f"and delete that folder to rebuild (built: "
-          f"{list(available_splits(builder, splits))}).")
+          "and run again (data prepared from manual_dir is prepared again when its files "
+          f"change; built: {list(available_splits(builder, splits))}).")
 
 
 def all_rows(source: Sequence[Mapping]) -> list:

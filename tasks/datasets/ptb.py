@@ -36,6 +36,13 @@ Use (TensorFlow not needed)::
 
 Measured on ``../shared/data/ptb`` (tests/test_ptb_data.py, ``-m slow``): see
 :data:`NUM_LINES`, :data:`STREAM_LENGTHS` and :data:`VOCAB_SIZES`.
+
+Errors and checks (tests/test_data_errors.py): a missing file or empty ``manual_dir`` is a
+one-line ``FileNotFoundError`` listing the paths to create; a file that is not UTF-8 text a
+:class:`tasks.datasets.prepare.SourceFileError` naming the file and the byte; line counts
+(:func:`prepare`) and stream lengths (:func:`load_splits`) that differ from the published
+ones are one logged line per split naming the file. Data prepared from ``manual_dir``
+follows its files (config ``<level>-<tag>``, :mod:`tasks.datasets.prepare`).
 """
 
 from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
@@ -68,6 +75,9 @@ STREAM_LENGTHS = {
 # <unk> and N) + <eos>; char: 49 symbols of ptb.char.train.txt (48 characters and `_`;
 # valid and test use 49 and 47 of them) + <eos>.
 VOCAB_SIZES = {"word": 10_000, "char": 50}
+# What to do about a source file that cannot be read.
+FIX = (f"put back the file of Mikolov's simple-examples archive ({URL}, folder "
+       f"{ARCHIVE_DATA}/), plain UTF-8 text, and run again (the data is prepared again)")
 
 _CITATION = """\
 @inproceedings{mikolov2010recurrent,
@@ -143,20 +153,28 @@ def parse_lines(lines: Iterable[str], level: str, source: str = "<lines>") -> li
 
 
 def parse_file(path, level: str) -> list[list[str]]:
-  """:func:`parse_lines` of a file (UTF-8)."""
+  """:func:`parse_lines` of a file (UTF-8; else :class:`prepare_lib.SourceFileError`
+  naming the file and the byte offset)."""
   path = epath.Path(path)
-  with path.open("r") as f:
-    return parse_lines(f, level, source=str(path))
+  return parse_lines(prepare_lib.read_text_lines(path, fix=FIX), level, source=str(path))
 
 
 # --------------------------------------------------------------------------- builder
 
 
 def missing_files_message(root, level: str, *, reason: str) -> str:
-  wanted = "\n".join(f"  {epath.Path(root) / n}" for n in file_names(level).values())
-  return (f"PTB {level}: {reason}. Put the files of Mikolov's simple-examples archive "
-          f"({URL}, unpacked; they are in its folder {ARCHIVE_DATA}/) in manual_dir, flat:"
-          f"\n{wanted}\n(or leave manual_dir empty to download the archive when online).")
+  """One line: ``reason``, the files to create and where they come from."""
+  wanted = ", ".join(str(epath.Path(root) / n) for n in file_names(level).values())
+  return (f"PTB {level}: {reason}; create {wanted}: the files of Mikolov's simple-examples "
+          f"archive ({URL}, unpacked; they are in its folder {ARCHIVE_DATA}/), flat (or "
+          "leave manual_dir empty to download the archive when online).")
+
+
+def source_file(manual_dir: str, level: str, split: str) -> str:
+  """A split's file in messages: its path in ``manual_dir``, or the archive's file."""
+  name = file_name(level, split)
+  return (str(epath.Path(manual_dir) / name) if manual_dir
+          else f"{name} of the downloaded {URL.rsplit('/', 1)[-1]}")
 
 
 class PtbConfig(tfds.core.BuilderConfig):
@@ -225,16 +243,29 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
     data_dir: where TFDS keeps the prepared data (``""``: TFDS's default,
       ``~/tensorflow_datasets``).
 
+  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
+  ``<level>-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`), so a
+  changed file is prepared afresh. Logs one line per split whose line count is not the
+  published one (:data:`NUM_LINES`).
+
   Raises:
     FileNotFoundError: listing the files to put in ``manual_dir``.
     PtbFormatError: naming the file and line of a malformed line.
+    prepare_lib.SourceFileError: a file that is not UTF-8 text (names it and the byte).
   """
   _check_level(level)
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
-  return prepare_lib.prepare(
-      lambda: Ptb(config=level, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
+  record = (prepare_lib.source_record(manual_dir, file_names(level).values())
+            if manual_dir else None)
+  config = prepare_lib.sourced_config(Ptb.builder_configs[level], record)
+  builder = prepare_lib.prepare(
+      lambda: Ptb(config=config, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
                   else None, file_format="array_record", allow_download=not manual_dir),
-      manual_dir)
+      manual_dir, record=record, dataset=f"PTB {level}")
+  prepare_lib.warn_counts(
+      f"PTB {level}", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_LINES,
+      what="lines", files={s: source_file(manual_dir, level, s) for s in SPLITS})
+  return builder
 
 
 def _plain(row: Mapping) -> dict:
@@ -261,9 +292,20 @@ def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
 
 
 def load_splits(level: str, manual_dir: str = "", data_dir: str = "") -> dict[str, list]:
-  """``{split: read_split(...)}`` for every split of :func:`prepare`'s builder."""
+  """``{split: read_split(...)}`` for every split of :func:`prepare`'s builder.
+
+  Logs one line per split whose stream length (:data:`STREAM_LENGTHS`) differs from the
+  published one while its line count is right (a line cut short; other counts are said by
+  :func:`prepare`)."""
   builder = prepare(level, manual_dir, data_dir)
-  return {s: read_split(builder, s) for s in SPLITS}
+  lines = {s: read_split(builder, s) for s in SPLITS}
+  manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  prepare_lib.warn_counts(
+      f"PTB {level}", {s: sum(len(line) + 1 for line in v) for s, v in lines.items()
+                       if len(v) == NUM_LINES[s]},
+      STREAM_LENGTHS[level], what="stream tokens (one <eos> per line)",
+      files={s: source_file(manual_dir, level, s) for s in SPLITS})
+  return lines
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -298,15 +340,20 @@ def build_vocabulary(level: str, train_lines: Iterable[Sequence[str]]) -> Vocabu
   return Vocabulary.build(lines, pad=None, unk=None, bos=None, eos=EOS)
 
 
-def stream(lines: Iterable[Sequence[str]], vocab: Vocabulary) -> np.ndarray:
+def stream(lines: Iterable[Sequence[str]], vocab: Vocabulary, source: str = "") -> np.ndarray:
   """The token ids <int32>[N] of all lines, ``vocab.eos_id`` after every line.
 
   ``N = sum(len(line) + 1 for line in lines)``, e.g. :data:`STREAM_LENGTHS` on the full
   splits. The language-model stream of Zaremba et al. / Mikolov (``tasks.data.stream``).
 
+  Args:
+    lines: token lists (:func:`read_split`).
+    vocab: :func:`build_vocabulary` of the training lines.
+    source: the file ``lines`` come from, named in errors.
+
   Raises:
     ValueError: if ``vocab`` has no eos token, or (char level, no unk) for a symbol that is
-      not in ``vocab``.
+      not in ``vocab`` (naming ``source`` and the line).
   """
   if vocab.eos is None:
     raise ValueError("vocab has no eos token; build it with build_vocabulary(level, "
@@ -318,6 +365,15 @@ def stream(lines: Iterable[Sequence[str]], vocab: Vocabulary) -> np.ndarray:
                        "(read_split(...) or line.split()).")
     flat.extend(line)
     flat.append(vocab.eos)
+  if vocab.unk is None:
+    known = set(vocab.tokens)
+    bad = next((t for t in flat if t not in known), None)
+    if bad is not None:
+      at = next(i for i, line in enumerate(lines, 1) if bad in line)
+      where = f"{source}, line {at}: " if source else f"line {at}: "
+      raise ValueError(f"{where}{bad!r} is not in the vocabulary of the training file (and "
+                       "it has no unk token); the training file lacks it: is it truncated "
+                       "or of another version? Use the complete simple-examples files.")
   return vocab.encode(flat)
 
 

@@ -18,9 +18,9 @@ The sentences are stored as written; lower-casing and tokenisation are the task'
 Missing splits: the builder builds the splits whose files are there and logs one line
 naming the missing ones and where to put them (here only dev and test exist, see
 ../shared/data/README.md). :func:`read_split` of a split that was not built raises
-:class:`MissingSplitError`, one line naming the file it expects. The prepared data does not
-change when a file is added later: delete the prepared folder (the message names it) to
-rebuild.
+:class:`MissingSplitError`, one line naming the file it expects. Data prepared from
+``manual_dir`` follows its files (:mod:`tasks.datasets.prepare`): a file added, changed or
+removed later is prepared afresh on the next :func:`prepare`.
 
 Source: the public archive ``snli_1.0.zip`` (downloaded when ``manual_dir`` is empty; its
 files are in ``snli_1.0/``) or ``manual_dir``, a folder holding the files flat::
@@ -36,7 +36,6 @@ Use (TensorFlow not needed)::
     >>> pairs = snli.read_split(builder, "validation")     # 9,842 dicts, file order
 """
 
-import gzip
 import json
 from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -57,6 +56,8 @@ LABELS = ("entailment", "neutral", "contradiction")
 NO_LABEL = "-"
 # Labelled pairs per split ("-" dropped), as in the paper and ../shared/data/README.md.
 NUM_PAIRS = {"train": 549_367, "validation": 9_842, "test": 9_824}
+FIX = (f"put back the file of {URL} (folder {ARCHIVE_FOLDER}/), as it is or gzipped, and "
+       "run again (the data is prepared again)")
 
 _CITATION = """\
 @inproceedings{bowman2015large,
@@ -143,23 +144,24 @@ def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> 
 
 
 def parse_file(path) -> list[dict]:
-  """:func:`parse_lines` of a ``.jsonl`` or ``.jsonl.gz`` file (UTF-8)."""
-  path = epath.Path(path)
-  with path.open("rb") as raw:
-    if str(path).endswith(".gz"):
-      with gzip.open(raw, "rt", encoding="utf-8") as f:
-        return parse_lines(f, source=str(path))
-    return parse_lines((b.decode("utf-8") for b in raw), source=str(path))
+  """:func:`parse_lines` of a ``.jsonl`` or ``.jsonl.gz`` file (UTF-8; else
+  :class:`prepare_lib.SourceFileError` naming the file and the byte offset, in the
+  decompressed text for a ``.gz``; a broken gzip file too)."""
+  source = str(path)
+  return parse_lines((prepare_lib.decode_line(raw, source, offset=offset, line=i, fix=FIX)
+                      for i, (offset, raw) in enumerate(prepare_lib.binary_lines(path), 1)),
+                     source=source)
 
 
 # --------------------------------------------------------------------------- builder
 
 
 def missing_files_message(root, splits: Sequence[str], *, reason: str) -> str:
-  wanted = "\n".join(f"  {expected_file(root, s)}" for s in splits)
-  return (f"SNLI: {reason}. Put the files of {URL} (unpacked; they are in its folder "
-          f"{ARCHIVE_FOLDER}/), as they are or gzipped, in manual_dir, flat:\n{wanted}\n(or "
-          "leave manual_dir empty to download the archive when online).")
+  """One line: ``reason``, the files to create and where they come from."""
+  wanted = ", ".join(expected_file(root, s) for s in splits)
+  return (f"SNLI: {reason}; create {wanted}: the files of {URL} (unpacked; they are in its "
+          f"folder {ARCHIVE_FOLDER}/), as they are or gzipped, flat (or leave manual_dir "
+          "empty to download the archive when online).")
 
 
 def missing_splits_line(root, splits: Sequence[str]) -> str:
@@ -174,6 +176,10 @@ class Snli(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "SNLI 1.0 jsonl(.gz); '-' labels dropped; missing splits skipped."}
+  # One config, so that data prepared from manual_dir can be named after its files
+  # (prepare_lib.sourced_config); a download is prepared under "default".
+  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="default",
+                                             description="The .jsonl[.gz] files.")]
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
       "snli_1.0_{train,dev,test}.jsonl; gzipped copies .jsonl.gz work too).")
@@ -247,12 +253,21 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
     SnliFormatError: naming the file and line of a malformed line.
   """
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
+  record = (prepare_lib.source_record(
+      manual_dir, [FILE_STEMS[s] + x for s in SPLITS for x in SUFFIXES])
+            if manual_dir else None)
+  config = (prepare_lib.sourced_config(Snli.builder_configs["default"], record)
+            if record is not None else None)
   builder = prepare_lib.prepare(
-      lambda: Snli(data_dir=str(epath.Path(data_dir).expanduser()) if data_dir else None,
-                   file_format="array_record", allow_download=not manual_dir),
-      manual_dir)
-  if manual_dir:
-    prepare_lib.warn_added_files("SNLI", builder, lambda s: find_file(manual_dir, s))
+      lambda: Snli(config=config, data_dir=str(epath.Path(data_dir).expanduser())
+                   if data_dir else None, file_format="array_record",
+                   allow_download=not manual_dir),
+      manual_dir, record=record, dataset="SNLI")
+  root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
+  prepare_lib.warn_counts(
+      "SNLI", {s: builder.info.splits[s].num_examples for s in available_splits(builder)},
+      NUM_PAIRS, what="labelled pairs",
+      files={s: str(find_file(root, s) or expected_file(root, s)) for s in SPLITS})
   return builder
 
 

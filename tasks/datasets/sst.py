@@ -28,6 +28,11 @@ flat::
 
     <manual_dir>/train.txt  dev.txt  test.txt
 
+:func:`prepare` follows the files of ``manual_dir`` (config ``default-<tag>``, see
+:mod:`tasks.datasets.prepare`: a changed file is prepared afresh), logs one line per split
+whose sentence count is not :data:`NUM_SENTENCES`, and names the file and byte of a file
+that is not UTF-8 text.
+
 Use (TensorFlow not needed)::
 
     >>> from tasks.datasets import sst
@@ -58,6 +63,8 @@ NEUTRAL = 2
 # removed), as in the LSTMN paper (Cheng et al., 2016, §5.2); checked on ../shared/data/sst.
 NUM_SENTENCES = {"train": 8_544, "validation": 1_101, "test": 2_210}
 NUM_BINARY = {"train": 6_920, "validation": 872, "test": 1_821}
+FIX = (f"put back the file of Stanford's {URL} (folder {ARCHIVE_FOLDER}/), plain UTF-8 "
+       "text, and run again (the data is prepared again)")
 
 _CITATION = """\
 @inproceedings{socher2013recursive,
@@ -111,20 +118,21 @@ def parse_lines(lines: Iterable[str], source: str = "<lines>") -> list[dict]:
 
 
 def parse_file(path) -> list[dict]:
-  """:func:`parse_lines` of a file (UTF-8)."""
+  """:func:`parse_lines` of a file (UTF-8; else :class:`prepare_lib.SourceFileError`
+  naming the file and the byte offset)."""
   path = epath.Path(path)
-  with path.open("r") as f:
-    return parse_lines(f, source=str(path))
+  return parse_lines(prepare_lib.read_text_lines(path, fix=FIX), source=str(path))
 
 
 # --------------------------------------------------------------------------- builder
 
 
 def missing_files_message(root, *, reason: str) -> str:
-  wanted = "\n".join(f"  {epath.Path(root) / n}" for n in FILE_NAMES.values())
-  return (f"SST: {reason}. Put the three files of Stanford's {URL} (unpacked; they are in "
-          f"its folder {ARCHIVE_FOLDER}/) in manual_dir, flat:\n{wanted}\n(or leave "
-          "manual_dir empty to download the archive when online).")
+  """One line: ``reason``, the files to create and where they come from."""
+  wanted = ", ".join(str(epath.Path(root) / n) for n in FILE_NAMES.values())
+  return (f"SST: {reason}; create {wanted}: the three files of Stanford's {URL} (unpacked; "
+          f"they are in its folder {ARCHIVE_FOLDER}/), flat (or leave manual_dir empty to "
+          "download the archive when online).")
 
 
 class Sst(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
@@ -132,6 +140,10 @@ class Sst(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "PTB-format trees; tokens as in the files, root and span labels."}
+  # One config, so that data prepared from manual_dir can be named after its files
+  # (prepare_lib.sourced_config); a download is prepared under "default".
+  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="default",
+                                             description="The three tree files.")]
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
       "train.txt, dev.txt and test.txt).")
@@ -182,15 +194,30 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
       :data:`URL`.
     data_dir: where TFDS keeps the prepared data (``""``: ``~/tensorflow_datasets``).
 
+  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
+  ``default-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`), so a
+  changed file is prepared afresh. Logs one line per split whose sentence count is not the
+  published one (:data:`NUM_SENTENCES`).
+
   Raises:
     FileNotFoundError: listing the files to put in ``manual_dir``.
     SstFormatError: naming the file and line of a malformed tree.
+    prepare_lib.SourceFileError: a file that is not UTF-8 text (names it and the byte).
   """
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
-  return prepare_lib.prepare(
-      lambda: Sst(data_dir=str(epath.Path(data_dir).expanduser()) if data_dir else None,
-                  file_format="array_record", allow_download=not manual_dir),
-      manual_dir)
+  record = prepare_lib.source_record(manual_dir, FILE_NAMES.values()) if manual_dir else None
+  config = (prepare_lib.sourced_config(Sst.builder_configs["default"], record)
+            if record is not None else None)
+  builder = prepare_lib.prepare(
+      lambda: Sst(config=config, data_dir=str(epath.Path(data_dir).expanduser())
+                  if data_dir else None, file_format="array_record",
+                  allow_download=not manual_dir),
+      manual_dir, record=record, dataset="SST")
+  root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
+  prepare_lib.warn_counts(
+      "SST", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_SENTENCES,
+      what="sentences", files={s: str(epath.Path(root) / FILE_NAMES[s]) for s in SPLITS})
+  return builder
 
 
 def _plain(row: Mapping) -> dict:

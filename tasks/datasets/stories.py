@@ -30,8 +30,8 @@ Missing splits: the builder builds the splits whose files are there and logs one
 naming the missing files; :func:`read_split` of a split that was not built raises
 :class:`MissingSplitError`. No file at all is a one-line ``FileNotFoundError`` naming the
 folder and files. A malformed line raises :class:`StoriesFormatError` naming the file and
-line. The prepared data does not change when a file is added later: delete the prepared
-folder (the messages name it) to rebuild.
+line. Data prepared from ``manual_dir`` follows its files (:mod:`tasks.datasets.prepare`):
+a file added, changed or removed later is prepared afresh, in a new folder.
 
 Use (TensorFlow not needed)::
 
@@ -156,7 +156,7 @@ def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> 
     StoriesFormatError: naming ``source`` and the 1-based line (not UTF-8, not JSON, not an
       object, a field that is missing, not a string or empty).
   """
-  out, index = [], -1
+  out, index, offset = [], -1, 0
   for lineno, line in enumerate(lines, start=1):
 
     def fail(msg):
@@ -164,10 +164,13 @@ def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> 
                                "object with the strings story, summary (and title).")
 
     if isinstance(line, bytes):
+      start, offset = offset, offset + len(line)
       try:
         line = line.decode("utf-8")
       except UnicodeDecodeError as err:
-        fail(f"not UTF-8 ({err})")
+        fail(f"not UTF-8: byte {start + err.start:,} of the file is "
+             f"0x{line[err.start]:02x} (binary, damaged or another encoding?); save the "
+             "file as UTF-8")
     if lineno == 1:
       line = line.lstrip("\ufeff")
     if not line.strip():
@@ -289,7 +292,8 @@ def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
 
 def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
   """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  return prepare_lib.missing_split_message(builder, split, dataset=f"Stories {builder.builder_config.name}", splits=SPLITS,
+  name = prepare_lib.base_config_name(builder.builder_config.name)
+  return prepare_lib.missing_split_message(builder, split, dataset=f"Stories {name}", splits=SPLITS,
                                            expected=expected_file, what="file")
 
 
@@ -314,20 +318,13 @@ def prepare(manual_dir: str, data_dir: str = "", name: str = "") -> Stories:
                      "validation.jsonl, test.jsonl): there is no download.")
   manual_dir = str(epath.Path(manual_dir).expanduser())
   name = name or config_name(manual_dir)
-  config = (name if name == "stories" else
-            StoriesConfig(name=name, description=f"stories from {manual_dir}"))
-  builder = prepare_lib.prepare(
+  record = prepare_lib.source_record(manual_dir, FILE_NAMES.values())
+  config = prepare_lib.sourced_config(
+      StoriesConfig(name=name, description=f"stories from {manual_dir}"), record)
+  return prepare_lib.prepare(
       lambda: Stories(config=config, data_dir=str(epath.Path(data_dir).expanduser())
                       if data_dir else None, file_format="array_record"),
-      manual_dir)
-  metadata = builder.info.metadata or {}
-  source = metadata.get("source_dir")
-  if source and epath.Path(source).resolve() != epath.Path(manual_dir).resolve():
-    logging.warning(f"Stories {name}: the data in {builder.data_dir} was prepared from "
-                    f"{source}, not {manual_dir}; give another name= (or delete that folder).")
-  prepare_lib.warn_added_files(f"Stories {name}", builder,
-                               lambda s: find_file(manual_dir, s))
-  return builder
+      manual_dir, record=record, dataset=f"Stories {name}")
 
 
 def _plain(row: Mapping) -> dict:
