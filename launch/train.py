@@ -9,13 +9,24 @@ field can be overridden with ``--config.FIELD=VALUE`` (the model's fields under
 ``--config.model.FIELD``, e.g. ``--config.model.lam=0``); ``--cell``, ``--steps``, ``--batch_size``,
 ``--seed``, ``--eval_every`` and ``--checkpoint_every`` are shortcuts for the config fields
 of the same meaning. Re-running with the same ``--workdir`` resumes from the latest
-checkpoint. SIGTERM/SIGINT save a checkpoint and exit 0. ``--steps=0`` builds the model,
-prints its parameter count and exits.
+checkpoint, if the saved config agrees on everything that shapes the run (else a one-line
+error naming the fields; ``rumjax.configs.RESUME_MAY_CHANGE`` lists what may change); a
+workdir in use by another run is refused. SIGTERM/SIGINT, from the first second, save what
+there is and exit 0. ``--steps=0`` builds the model, prints its parameter count and exits.
 
 Multi-host (TPU pods, several GPU hosts, or processes on one machine for testing): pass
 ``--distributed``; on TPU/SLURM ``jax.distributed.initialize()`` finds its peers, elsewhere
 also pass ``--coordinator_address``, ``--num_processes`` and ``--process_id``.
 """
+
+import signal
+
+# Before any other import (JAX, the tasks): a Ctrl-C or SIGTERM from the first second is
+# recorded here, then handed to the loop's StopRequest, which stops cleanly.
+_EARLY_SIGNALS = []
+if __name__ == "__main__":
+  for _sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(_sig, lambda signum, frame: _EARLY_SIGNALS.append(signum))
 
 import json
 import sys
@@ -98,6 +109,14 @@ def _init_distributed():
 
 
 def main(argv):
+  from rumjax import training
+  with training.StopRequest() as stop:
+    if _EARLY_SIGNALS:
+      stop.request()
+    _main(stop)
+
+
+def _main(stop):
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
   from rumjax import training
   try:
@@ -126,7 +145,8 @@ def main(argv):
     hooks = []
     if FLAGS.budget_minutes:
       hooks.append(training.TimeBudget(60.0 * FLAGS.budget_minutes))
-    summary = training.train_and_evaluate(config, FLAGS.workdir, task, hooks=hooks)
+    summary = training.train_and_evaluate(config, FLAGS.workdir, task, hooks=hooks,
+                                          stop=stop)
   except (ValueError, training.NonFiniteError) as err:
     sys.exit(f"error: {err}")
   summary.pop("params", None)

@@ -106,3 +106,56 @@ def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
   config = task.default_config(saved.get("variant"))
   update_from_dict(config, saved)
   return task, config
+
+
+# The fields a resumed run may change: how long it trains, how often it logs, evaluates
+# and saves, what and how much it evaluates, and where its data lives. Everything else
+# (the model, the optimizer and its hyperparameters, the seed, the batch size and the data
+# layout) shapes the state or the run's trajectory and must match the workdir's config.
+RESUME_MAY_CHANGE = (
+    "num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "evals", "eval_batch_size", "rouge_every", "rouge_batches", "beam_size",
+    "max_decode_steps", "num_dev", "num_test", "num_eval", "early_stopping_patience",
+    "init_from", "data_dir", "manual_dir", "ood_manual_dir")
+
+
+def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in values.items():
+    if isinstance(value, Mapping):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _may_change(path: str, may_change: Iterable[str]) -> bool:
+  return any(path == f or path.startswith(f + ".") for f in may_change)
+
+
+def resume_differences(saved: Mapping[str, Any], new: Mapping[str, Any],
+                       may_change: Iterable[str] = RESUME_MAY_CHANGE
+                       ) -> list[tuple[str, Any, Any]]:
+  """The fields that differ between a workdir's saved config and a new run's, leaving out
+  ``may_change`` (a field or a whole sub-config such as ``"evals"``), as sorted
+  ``(dotted path, saved value, new value)``; a field missing on one side is ``"<absent>"``.
+  Both are compared as JSON (``saved`` is a ``config.json``; pass ``new`` through
+  :func:`as_json`)."""
+  a, b = _flat(saved), _flat(new)
+  absent = "<absent>"
+  return [(path, a.get(path, absent), b.get(path, absent))
+          for path in sorted(set(a) | set(b))
+          if not _may_change(path, may_change) and a.get(path, absent) != b.get(path, absent)]
+
+
+def as_json(config) -> dict:
+  """``config`` as the plain dict ``config.json`` holds (tuples as lists, NumPy scalars
+  as floats), for comparing with a saved one."""
+  values = config.to_dict() if hasattr(config, "to_dict") else config
+  return json.loads(json.dumps(values, default=float))
+
+
+def format_differences(diffs: Iterable[tuple[str, Any, Any]]) -> str:
+  """``"config.model.hidden_size: 8 in the workdir, 16 now; ..."``."""
+  return "; ".join(f"config.{path}: {old!r} in the workdir, {new!r} now"
+                   for path, old, new in diffs)

@@ -43,7 +43,6 @@ Data gap here: ``../shared/data/babi/en-10k`` lacks ``qa3_three-supporting-facts
 import dataclasses
 import functools
 import math
-import os
 from typing import Any, Iterator, Mapping, Optional
 
 import ml_collections
@@ -156,14 +155,13 @@ def load_questions(version: str, babi_task: int, manual_dir: str = "",
   downloading when ``manual_dir`` is empty). Missing files or malformed lines raise an
   error naming the files/line.
   """
-  from tasks.datasets import babi as babi_builder  # slow imports (TFDS): only when needed
-  from tasks.datasets import prepare
+  from tasks.datasets import babi as babi_builder
+  from tasks.datasets import prepare  # slow imports (TFDS): only when needed
 
-  manual_dir = os.path.expanduser(manual_dir) if manual_dir else ""
-  builder = prepare.prepare(lambda: babi_builder.Babi(
-      config=babi_builder.config_name(version, babi_task),
-      data_dir=os.path.expanduser(data_dir) if data_dir else None,
-      file_format="array_record", allow_download=not manual_dir), manual_dir)
+  try:
+    builder = babi_builder.prepare(version, int(babi_task), manual_dir, data_dir)
+  except FileNotFoundError as err:   # one line; a ValueError and still a FileNotFoundError
+    raise prepare.MissingSourceError(" ".join(str(err).split())) from None
   out = {}
   for split in SPLITS:
     source = builder.as_data_source(split=split)

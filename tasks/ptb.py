@@ -48,7 +48,7 @@ import numpy as np
 
 from rumjax import metrics, models
 from rumjax.cells import cell_from_config
-from rumjax.models import lm
+from rumjax.models import lm, precision
 from tasks import common
 from tasks import data as data_lib
 
@@ -91,6 +91,7 @@ def _fast_slow(slow_cell: str, slow_size: int, **slow) -> ml_collections.ConfigD
       name="lm", core="fast_slow", embed_dim=128, dropout_rate=0.35, fast_cell="lnlstm",
       fast_size=700, num_fast=2, fast_zoneout=0.1, fast_zoneout_c=0.5, slow_cell=slow_cell,
       slow_size=slow_size))
+  common.add_precision(m)
   m.update({f"slow_{k}": v for k, v in slow.items()})
   return m
 
@@ -228,11 +229,17 @@ _BUILDER_SPLIT = {"train": "train", "valid": "validation", "test": "test"}
 @functools.lru_cache(maxsize=4)
 def _streams(level: str, manual_dir: str, data_dir: str):
   """``(vocab, {split: <int32>[N]})`` of a level (the data prepared once per process)."""
-  from tasks.datasets import ptb as ptb_data  # imports TFDS: only when data is needed
-  lines = ptb_data.load_splits(level, os.path.expanduser(manual_dir) if manual_dir else "",
-                               os.path.expanduser(data_dir) if data_dir else "")
+  from tasks.datasets import ptb as ptb_data
+  from tasks.datasets import prepare  # imports TFDS: only when data is needed
+  try:
+    lines = ptb_data.load_splits(level, os.path.expanduser(manual_dir) if manual_dir else "",
+                                 os.path.expanduser(data_dir) if data_dir else "")
+  except FileNotFoundError as err:   # one line; a ValueError and still a FileNotFoundError
+    raise prepare.MissingSourceError(" ".join(str(err).split())) from None
   vocab = ptb_data.build_vocabulary(level, lines["train"])
-  streams = {s: ptb_data.stream(lines[b], vocab) for s, b in _BUILDER_SPLIT.items()}
+  source = os.path.expanduser(manual_dir) if manual_dir else ""
+  streams = {s: ptb_data.stream(lines[b], vocab, ptb_data.source_file(source, level, b))
+             for s, b in _BUILDER_SPLIT.items()}
   for v in streams.values():
     v.flags.writeable = False
   return vocab, streams
@@ -255,9 +262,13 @@ def train_data(config, *, process_index: int = 0,
                process_count: int = 1) -> data_lib.StreamBatches:
   """Endless windows of the training stream (``inputs``, ``targets``, ``weights``,
   ``mask``, ``reset``); resumable mid-epoch (:class:`tasks.data.StreamBatches`)."""
+  from tasks.datasets import ptb as ptb_data
+  source = ptb_data.source_file(os.path.expanduser(config.manual_dir) if config.manual_dir
+                                else "", config.level, "train")
   return data_lib.StreamBatches(token_stream(config, "train"), batch_size=config.batch_size,
                                 seq_len=config.seq_len, process_index=process_index,
-                                process_count=process_count)
+                                process_count=process_count,
+                                source=f"the PTB {config.level} train split ({source})")
 
 
 def eval_data(config, split: str, *, process_index: int = 0,
@@ -286,7 +297,10 @@ def to_text(config, ids) -> str:
 
 
 def build_core(model: Mapping[str, Any]):
-  """The recurrent core of ``config.model`` (see the module docstring, ``model.core``)."""
+  """The recurrent core of ``config.model`` (see the module docstring, ``model.core``),
+  in the precision policy ``model.dtype``/``model.param_dtype`` (an FS-RNN's roles may
+  override it with ``fast_dtype``/``slow_dtype``)."""
+  model = precision.resolve(model)
   if model["core"] == "stacked":
     from rumjax.cells import stacked
     return stacked.stacked_from_config(model)
@@ -295,7 +309,9 @@ def build_core(model: Mapping[str, Any]):
     return fast_slow.fast_slow_from_config(model)
   if model["core"] == "lstmn":
     from rumjax.models import lstmn
-    return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"])
+    return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"],
+                           dtype=model.get("dtype"),
+                           param_dtype=model.get("param_dtype", jnp.float32))
   return cell_from_config(model["cell"], model["hidden_size"], model)
 
 

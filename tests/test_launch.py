@@ -287,3 +287,135 @@ def test_predict_writes_a_clue_submission(tmp_path):
                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
   assert missing.returncode != 0
   assert "error: no checkpoints in" in missing.stderr.strip().splitlines()[-1]
+
+
+def _start_until(workdir, marker, *extra):
+  """Starts a training run and reads its log until the line containing ``marker``: the run
+  has provably reached that point (no sleeps). Returns the process (its stderr still open)."""
+  proc = subprocess.Popen(_cmd(workdir, *extra), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  for line in proc.stderr:
+    if marker in line:
+      return proc
+  proc.wait()
+  raise AssertionError(f"the run ended (exit {proc.returncode}) before logging {marker!r}")
+
+
+def _snapshot(workdir):
+  out = {}
+  for root, _, files in os.walk(workdir):
+    for name in files:
+      with open(os.path.join(root, name), "rb") as f:
+        out[os.path.relpath(os.path.join(root, name), workdir)] = f.read()
+  return out
+
+
+def test_resume_with_another_model_is_a_one_line_error_and_touches_nothing(tmp_path):
+  """Issue 27, rows 1 and 5: --config.model.hidden_size=16 or --cell=gru over a run of
+  hidden size 8 with RUM: exit 1, one line naming the field with both values, no
+  traceback, and the workdir (config.json, metrics.jsonl, events, checkpoints) unchanged."""
+  workdir = str(tmp_path / "run")
+  first = _run(workdir, "--steps=2", "--checkpoint_every=1")
+  assert "Traceback" not in first.stderr and "Event loop is closed" not in first.stderr
+  before = _snapshot(workdir)
+  for args, field in [(["--config.model.hidden_size=16"],
+                       "config.model.hidden_size: 8 in the workdir, 16 now"),
+                      (["--cell=gru"], "config.model.cell: 'rum' in the workdir, 'gru' now")]:
+    proc = _run(workdir, "--steps=4", *args, check=False)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: workdir ") and field in last, last
+    assert f"--config.init_from={workdir}" in last
+    assert _snapshot(workdir) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_first_step_compiles_stops_cleanly(tmp_path, sig):
+  """Issue 27, row 5: Ctrl-C or SIGTERM sent once the run logs that it compiles the first
+  step: exit 0, preempted, no traceback; it never trains on to the end."""
+  workdir = str(tmp_path / "run")
+  proc = _start_until(workdir, "Compiling the train step", "--steps=500")
+  proc.send_signal(sig)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads(out.strip().splitlines()[-1])
+  assert summary["preempted"] is True and summary["stop_reason"] == "preempted"
+  assert summary["step"] < 500
+  assert "Traceback" not in err
+
+
+@pytest.mark.slow   # ~30 s: two runs side by side
+def test_a_second_run_into_a_busy_workdir_is_refused(tmp_path):
+  """Issue 27, row 2: while a run trains, a second one (another seed) into its workdir is
+  refused at once, naming the holder, and writes nothing; the first goes on."""
+  workdir = str(tmp_path / "run")
+  never = "--steps=1000000000"                               # stopped by SIGTERM below
+  first = _start_until(workdir, "Compiling the train step", never)
+  try:
+    second = _run(workdir, never, "--seed=3", check=False)
+    assert second.returncode == 1
+    assert "Traceback" not in second.stderr
+    last = second.stderr.strip().splitlines()[-1]
+    assert "is in use by another run" in last and f"pid {first.pid}" in last, last
+  finally:
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=300)
+  assert first.returncode == 0, err[-3000:]
+  assert json.loads(out.strip().splitlines()[-1])["preempted"] is True
+  steps = [json.loads(line)["step"] for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert len(steps) == len(set(steps))                       # one run's records only
+  assert len(os.listdir(os.path.join(workdir, "tensorboard"))) == 1
+
+
+# A tiny synthetic summarization run whose beam-search ROUGE evaluator runs every 2 steps.
+SUMM = ["--task=summ_synthetic", "--batch_size=4", "--config.num_train=64",
+        "--config.num_eval=8", "--config.num_rare=200", "--config.model.hidden_size=8",
+        "--config.model.embed_dim=8", "--config.max_enc_steps=40", "--config.max_dec_steps=6",
+        "--config.max_decode_steps=6", "--config.beam_size=2", "--config.evals.eval.batches=1",
+        "--config.evals.test.every=2", "--config.evals.test.batches=1",
+        "--config.evals.lead3.batches=1", "--eval_every=2", "--checkpoint_every=2",
+        "--config.log_every=1", "--steps=6"]
+
+
+def _records(workdir):
+  """metrics.jsonl without the timing fields."""
+  return [{k: v for k, v in json.loads(line).items() if k not in ("steps_per_sec", "eta_sec")}
+          for line in open(os.path.join(workdir, "metrics.jsonl"))]
+
+
+@pytest.mark.slow   # ~2.5 min: three summarization runs with beam search
+def test_kill_9_during_a_beam_rouge_evaluation_then_rerun_equals_a_straight_run(tmp_path):
+  """Issue 27, item 7: kill -9 once the run has entered the beam-search ROUGE evaluation at
+  step 4 (after the checkpoint of step 2, before that of step 4); the same command again
+  resumes from step 2 and ends with the same final metrics and the same metrics.jsonl as a
+  straight run (the killed run's records after step 2 are set aside, not doubled)."""
+  straight = str(tmp_path / "straight")
+  done = subprocess.run([sys.executable, "-m", "launch.train", f"--workdir={straight}",
+                         *SUMM], cwd=REPO, env=_env(), capture_output=True, text=True,
+                        timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  killed = str(tmp_path / "killed")
+  cmd = [sys.executable, "-m", "launch.train", f"--workdir={killed}", *SUMM]
+  proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  for line in proc.stderr:
+    if "step 4: running evaluator test." in line:
+      proc.kill()
+      break
+  proc.communicate(timeout=300)
+  assert proc.returncode == -signal.SIGKILL
+  assert _checkpoint_steps(killed) == [2]
+  assert {r["step"] for r in _records(killed)} == {1, 2, 3, 4}    # written after step 2
+  again = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "Resumed from the checkpoint at step 2" in again.stderr
+  assert "Traceback" not in again.stderr and "Traceback" not in done.stderr
+  final = lambda out: {k: v for k, v in json.loads(out.strip().splitlines()[-1]).items()
+                       if k not in ("steps_per_sec", "eta_sec")}
+  assert final(again.stdout) == final(done.stdout)
+  assert _records(killed) == _records(straight)
+  discarded = [json.loads(line)["step"]
+               for line in open(os.path.join(killed, "metrics.discarded.jsonl"))]
+  assert discarded and min(discarded) == 3

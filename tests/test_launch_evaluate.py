@@ -50,3 +50,18 @@ def test_a_workdir_without_config_needs_the_task(tmp_path):
   proc = _evaluate(f"--workdir={tmp_path / 'nothing'}")
   assert proc.returncode != 0 and "Traceback" not in proc.stderr
   assert "config.json; pass --task" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_evaluation_reads_a_workdir_in_use_and_writes_nothing(run):
+  """launch.evaluate is read-only: it does not need the run lock, works while a training
+  run holds it, and leaves the workdir as it was."""
+  from rumjax import training
+  from tests.test_launch import _snapshot
+  before = _snapshot(str(run))
+  with training.WorkdirLock(str(run)):
+    proc = _evaluate(f"--workdir={run}", "--evals=test")
+    holding = _snapshot(str(run))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "test_accuracy" in json.loads(proc.stdout.strip().splitlines()[-1])
+  assert {k: v for k, v in holding.items() if k != "run.lock"} == {
+      k: v for k, v in before.items() if k != "run.lock"}

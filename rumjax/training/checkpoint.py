@@ -6,14 +6,18 @@ iterator). Orbax writes to a temporary directory and renames it when complete, a
 old checkpoints (beyond ``keep``) only after a newer one is complete, so a crash never
 leaves us without the last good checkpoint.
 
-On restore, a checkpoint that fails to load (partial or corrupt) is reported in the log,
-moved aside to ``<workdir>/corrupt_checkpoints/`` (kept, never deleted) and the previous
-one is tried.
+On restore, each checkpoint's tree (orbax metadata: paths and shapes) is compared with the
+new run's state first: a checkpoint that does not fit the model is not corrupt, it is a
+one-line :class:`StateMismatchError` and nothing is moved. A checkpoint that cannot be
+read at all (partial, truncated, bad metadata) is reported in the log, moved aside to
+``<workdir>/corrupt_checkpoints/`` (kept, never deleted) and the previous one is tried;
+a read-only checkpointer (``launch.evaluate``) only skips it.
 """
 
 import logging as logging_std
 import os
 import shutil
+import sys
 import time
 from typing import Any, Optional
 
@@ -23,16 +27,74 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 
-class Checkpointer:
-  """Saves and restores ``(TrainState, data_state)`` under ``<workdir>/checkpoints``."""
+def _ignore_closed_loop_callbacks() -> None:
+  """After a failed read, drops the ``RuntimeError: Event loop is closed`` reports of its
+  other reads (installed once, for the rest of the process; every other unraisable
+  exception still goes to the previous hook).
 
-  def __init__(self, workdir: str, *, keep: int = 3, every: int = 0):
+  Their cause: orbax gathers the reads of a checkpoint's arrays (tensorstore futures)
+  under ``asyncio.run``; when one fails, the run ends and closes its event loop while the
+  other reads are still in flight, and each of them, on completing, calls
+  ``loop.call_soon_threadsafe`` on the closed loop from tensorstore's thread. Python
+  reports that through ``sys.unraisablehook``: one traceback per array, meaningless
+  (the failure itself is reported and handled by :meth:`Checkpointer.restore`).
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "_rumjax_closed_loop", False):
+    return
+
+  def hook(unraisable):
+    err = unraisable.exc_value
+    if isinstance(err, RuntimeError) and str(err) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook._rumjax_closed_loop = True
+  sys.unraisablehook = hook
+
+
+class StateMismatchError(ValueError):
+  """A checkpoint that is readable but does not fit the new run's state."""
+
+
+def _leaf_shapes(tree) -> dict[str, tuple]:
+  """``{"params/head/kernel": shape, ...}`` of a state tree or of orbax's metadata tree
+  (their containers differ: dataclasses and named tuples vs. dicts and lists)."""
+  return {_path_name(p): tuple(x.shape)
+          for p, x in jax.tree_util.tree_flatten_with_path(tree)[0] if hasattr(x, "shape")}
+
+
+def tree_differences(saved_tree, abstract_state) -> list[str]:
+  """The leaves whose path or shape differ between a checkpoint's metadata tree and the
+  state a run would restore into, as ``"params/x: (8, 10) in the checkpoint, (16, 10)
+  now"`` lines (sorted)."""
+  saved, new = _leaf_shapes(saved_tree), _leaf_shapes(abstract_state)
+  out = []
+  for name in sorted(set(saved) | set(new)):
+    a, b = saved.get(name), new.get(name)
+    if a != b:
+      out.append(f"{name}: {'absent' if a is None else a} in the checkpoint, "
+                 f"{'absent' if b is None else b} now")
+  return out
+
+
+class Checkpointer:
+  """Saves and restores ``(TrainState, data_state)`` under ``<workdir>/checkpoints``.
+
+  ``read_only=True`` (evaluation of another run's workdir): creates nothing and moves no
+  unreadable checkpoint aside (it is skipped).
+  """
+
+  def __init__(self, workdir: str, *, keep: int = 3, every: int = 0,
+               read_only: bool = False):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     self.corrupt_dir = os.path.abspath(os.path.join(workdir, "corrupt_checkpoints"))
     self.every = every
+    self.read_only = read_only
+    self._closed = False
     self.manager = ocp.CheckpointManager(
         self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only,
                                              enable_async_checkpointing=False))
 
   def should_save(self, step: int) -> bool:
@@ -50,10 +112,17 @@ class Checkpointer:
               ) -> Optional[tuple[Any, dict, int]]:
     """The latest loadable ``(state, data_state, step)`` (or that of ``step`` only), or
     ``None`` if there is none."""
+    _ignore_closed_loop_callbacks()
     steps = sorted(self.manager.all_steps(), reverse=True)
     if step is not None:
       steps = [s for s in steps if s == step]
     for step in steps:
+      try:
+        saved_tree = self.state_metadata(step)
+      except Exception as err:  # orbax raises many types for unreadable files
+        self._quarantine(step, err)
+        continue
+      self.check_fits(step, saved_tree, abstract_state)
       try:
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
@@ -62,8 +131,41 @@ class Checkpointer:
         self._quarantine(step, err)
     return None
 
+  def state_metadata(self, step: int):
+    """The metadata tree (paths, shapes, dtypes) of the state saved at ``step``; raises
+    if it cannot be read."""
+    path = os.path.join(self.directory, str(step), "state")
+    quiet = _DropMessages("_CHECKPOINT_METADATA")
+    logger = logging_std.getLogger("absl")
+    logger.addFilter(quiet)
+    try:
+      item = ocp.PyTreeCheckpointer().metadata(path).item_metadata
+    finally:
+      logger.removeFilter(quiet)
+    tree = getattr(item, "tree", None)
+    if not isinstance(tree, dict) or "params" not in tree:
+      raise ValueError(f"the metadata of {path} cannot be read")
+    return tree
+
+  def check_fits(self, step: int, saved_tree, abstract_state) -> None:
+    """One-line :class:`StateMismatchError` if the checkpoint at ``step`` does not fit
+    ``abstract_state`` (another model or optimizer): not corruption, nothing is moved."""
+    diffs = tree_differences(saved_tree, abstract_state)
+    if diffs:
+      more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
+      raise StateMismatchError(
+          f"the checkpoint at step {step} in {self.directory} does not fit this model: "
+          f"{'; '.join(diffs[:5])}{more}. Resume with the config that run used, pass a new "
+          "--workdir, or fine-tune from it in a new --workdir with "
+          f"--config.init_from={os.path.dirname(self.directory)}.")
+
   def _quarantine(self, step: int, err: Exception) -> None:
     src = os.path.join(self.directory, str(step))
+    if self.read_only:
+      logging.error("Checkpoint at step %d in %s cannot be read (%s: %s); trying the "
+                    "previous one.", step, src, type(err).__name__, str(err)[:300])
+      self.manager.reload()
+      return
     dst = os.path.join(self.corrupt_dir, f"{step}-{int(time.time())}")
     logging.error("Checkpoint at step %d in %s cannot be restored (%s: %s); moving it to %s "
                   "and falling back to the previous checkpoint.", step, src,
@@ -77,7 +179,15 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def close(self) -> None:
-    self.manager.close()
+    """Waits for any pending write and closes the manager (once; later calls do
+    nothing)."""
+    if self._closed:
+      return
+    self._closed = True
+    try:
+      self.manager.wait_until_finished()
+    finally:
+      self.manager.close()
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -138,7 +248,9 @@ def read_params(workdir: str, step: Optional[int] = None) -> tuple[int, Any]:
 
 
 def _path_name(path) -> str:
-  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+  """``"params/head/kernel"`` for a dict key, sequence index or attribute path."""
+  return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
+                  for k in path)
 
 
 def restore_params(checkpoint_dir: str, abstract_params, step: Optional[int] = None):

@@ -11,9 +11,13 @@ Per step: the batch is sharded over the ``data`` mesh axis, parameters are repli
 jit-compiled ``train_step`` computes the loss, the gradient, its global norm and the update.
 A non-finite loss or gradient leaves the state untouched and stops the run with an error
 naming the step. Checkpoints (orbax) hold the state and the data iterator position, and the
-run resumes from the latest one automatically. SIGTERM/SIGINT save a checkpoint and return.
+run resumes from the latest one automatically, if the saved config agrees on everything
+that shapes the run (:mod:`rumjax.training.workdir`; the workdir's lock keeps a second run
+out). SIGTERM/SIGINT, recorded from the first moment (:class:`StopRequest`), save what
+there is and return.
 """
 
+import contextlib
 import functools
 import os
 import signal
@@ -36,6 +40,7 @@ from rumjax.training import metrics as metrics_lib
 from rumjax.training import optim
 from rumjax.training import progress as progress_lib
 from rumjax.training import sharding as sharding_lib
+from rumjax.training import workdir as workdir_lib
 from rumjax.training.state import TrainState
 
 
@@ -90,8 +95,15 @@ def eval_step(params, batch, model_state, *, model, loss_and_metrics):
 # --------------------------------------------------------------------- preemption
 
 
-class _StopRequest:
-  """Sets a flag on SIGTERM/SIGINT (preemption, Ctrl-C) while the loop runs."""
+class StopRequest:
+  """Records SIGTERM/SIGINT (preemption, Ctrl-C) from the moment it is entered.
+
+  ``train_and_evaluate`` enters one first thing (before building the model, the data or
+  compiling); ``launch.train`` enters one before anything else and passes it in, so a
+  signal during start-up or the first compilation is never lost. The loop checks it
+  before the first step and after every step, then saves what it has and returns with
+  ``stop_reason="preempted"``. ``request()`` does the same from code (tests).
+  """
 
   def __init__(self):
     self.requested = False
@@ -105,12 +117,16 @@ class _StopRequest:
 
   def _handle(self, signum, frame):
     del frame
-    logging.warning("Received signal %d: saving a checkpoint and stopping.", signum)
+    logging.warning("Received signal %d: saving what there is and stopping.", signum)
+    self.requested = True
+
+  def request(self) -> None:
     self.requested = True
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+    self._previous = {}
 
   def agreed(self, step: int, also: bool = False, every: int = 10) -> bool:
     """Whether to stop (on a signal, or if ``also``); with several processes all agree
@@ -249,6 +265,7 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
     if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
       continue
     if cache.get(ev.name, (None,))[0] != step:
+      logging.info("step %d: running evaluator %s.", step, ev.name)
       cache[ev.name] = (step, ev.run(state))
     record.update(cache[ev.name][1])
   if record:
@@ -284,7 +301,8 @@ def _config_hooks(config, evals) -> list:
 
 def _restore(config, task, model, tx, mesh, workdir):
   """The train state (restored from ``workdir`` if it has a checkpoint), the training
-  iterator at the matching position, and the checkpointer."""
+  iterator at the matching position, and the checkpointer. A checkpoint that does not
+  fit the model raises :class:`checkpoint.StateMismatchError` (nothing is moved)."""
   train_iter = task.train_data(config, process_index=jax.process_index(),
                                process_count=jax.process_count())
   start_position = train_iter.get_state()
@@ -293,7 +311,11 @@ def _restore(config, task, model, tx, mesh, workdir):
   state = _init_state(config, task, model, tx, sample_batch, mesh)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.get("keep_checkpoints", 3),
                                              every=config.get("checkpoint_every", 0))
-  restored = checkpointer.restore(_abstract(state, mesh))
+  try:
+    restored = checkpointer.restore(_abstract(state, mesh))
+  except BaseException:
+    checkpointer.close()
+    raise
   if restored is not None:
     state, data_state, ckpt_step = restored
     train_iter.set_state(data_state)
@@ -301,7 +323,26 @@ def _restore(config, task, model, tx, mesh, workdir):
   return _place(state, mesh), train_iter, checkpointer
 
 
-def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) -> dict:
+def _lock_workdir(workdir: str, stack: contextlib.ExitStack) -> None:
+  """The primary process takes the workdir's run lock (held until ``stack`` closes);
+  with several processes all of them learn whether it was refused."""
+  refused = None
+  if jax.process_index() == 0:
+    try:
+      stack.enter_context(workdir_lib.WorkdirLock(workdir))
+    except workdir_lib.WorkdirError as err:
+      refused = err
+  if jax.process_count() > 1:
+    busy = multihost_utils.broadcast_one_to_all(np.int32(refused is not None))
+    if int(busy) and refused is None:
+      raise workdir_lib.WorkdirError(f"workdir {workdir!r} is in use by another run (see "
+                                     "process 0's message).")
+  if refused is not None:
+    raise refused
+
+
+def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
+                       stop: Optional[StopRequest] = None) -> dict:
   """Trains ``task`` with ``config`` in ``workdir``, resuming from its latest checkpoint.
 
   Args:
@@ -310,84 +351,118 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
       ``init_from``). The evaluators of ``config.evals`` run at their own cadence and,
       unless ``at_end=False``, after the last step.
     workdir: where checkpoints, ``metrics.jsonl``, TensorBoard files and ``config.json``
-      (the config of the latest invocation) go.
+      (the config of the latest invocation) go. It belongs to one run: its lock
+      (:mod:`rumjax.training.workdir`) refuses a second run at once, and a run resumes
+      only with a config that differs from the saved one in the fields of
+      :data:`rumjax.configs.RESUME_MAY_CHANGE` at most (else a one-line
+      :class:`~rumjax.training.workdir.WorkdirError` before anything is written).
+      Resuming drops (to ``metrics.discarded.jsonl``) the ``metrics.jsonl`` records
+      written after the checkpoint it resumes from, since they are computed again.
     task: the task module (or any object with the task contract of WORKSPACE.md).
     hooks: :mod:`rumjax.training.hooks` objects (periodic callbacks, early stopping, a
       wall-clock budget), called in order.
+    stop: a :class:`StopRequest` already entered by the caller (``launch.train`` enters
+      one at start-up); by default one is entered here, first thing.
 
   Returns:
     A summary dict: the final ``step``, ``stop_reason`` (``"num_steps"``,
     ``"preempted"``, ``"budget"``, ``"early_stopping"``, ...), ``preempted``, the last
     ``train_*`` metrics, the final evaluators' metrics, what hooks add (e.g.
-    ``best_step``), and ``params``.
+    ``best_step``), and ``params`` (``None`` if stopped before there was a state).
   """
-  _check_workdir(workdir)
-  if jax.process_index() == 0:
-    utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  with contextlib.ExitStack() as stack:
+    if stop is None:
+      stop = stack.enter_context(StopRequest())
+    _check_workdir(workdir)
+    _lock_workdir(workdir, stack)
+    workdir_lib.check_resume(config, workdir)
+    if stop.requested:
+      return _stopped_before_start(workdir)
+    return _train(config, workdir, task, hooks, stop)
+
+
+def _stopped_before_start(workdir: str) -> dict:
+  steps = checkpoint_lib.checkpoint_steps(workdir)
+  logging.info("Stopped before the run started; nothing to save.")
+  return {"step": steps[-1] if steps else 0, "preempted": True,
+          "stop_reason": "preempted", "params": None}
+
+
+def _train(config, workdir: str, task, hooks, stop: StopRequest) -> dict:
+  """:func:`train_and_evaluate` once the workdir is locked and checked."""
   mesh = sharding_lib.make_mesh()
   sharding_lib.check_batch_size(config.batch_size, mesh)
   model = task.build_model(config)
   tx = make_optimizer(config, task)
   state, train_iter, checkpointer = _restore(config, task, model, tx, mesh, workdir)
-  evals = make_evaluators(config, task, model, mesh)
-  hooks = [*hooks, *_config_hooks(config, evals)]
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
-                                      loss_and_metrics=task.loss_and_metrics),
-                    donate_argnums=0)
-  writer = metrics_lib.MetricWriter(workdir)
+  writer = None
   step = int(state.step)
   num_steps = config.num_steps
-
-  def save(directory, at_step, at_state):
-    if directory == workdir:
-      checkpointer.save(at_step, at_state, train_iter.get_state())
-      return
-    best = checkpoint_lib.Checkpointer(directory, keep=1)
-    try:
-      best.save(at_step, at_state, train_iter.get_state())
-    finally:
-      best.close()
-
-  ctx = hooks_lib.LoopContext(workdir=workdir, config=config, num_steps=num_steps,
-                              start_step=step, save=save)
-  log_every = config.get("log_every", 50) or 50
-  summary = {"step": step, "preempted": False}
   progress = progress_lib.Progress(num_steps, step, enabled=jax.process_index() == 0)
-  totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
   try:
+    if jax.process_index() == 0:
+      utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    evals = make_evaluators(config, task, model, mesh)
+    hooks = [*hooks, *_config_hooks(config, evals)]
+    step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
+                                        loss_and_metrics=task.loss_and_metrics),
+                      donate_argnums=0)
+    writer = metrics_lib.MetricWriter(workdir, start_step=step)
+
+    def save(directory, at_step, at_state):
+      if directory == workdir:
+        checkpointer.save(at_step, at_state, train_iter.get_state())
+        return
+      best = checkpoint_lib.Checkpointer(directory, keep=1)
+      try:
+        best.save(at_step, at_state, train_iter.get_state())
+      finally:
+        best.close()
+
+    ctx = hooks_lib.LoopContext(workdir=workdir, config=config, num_steps=num_steps,
+                                start_step=step, save=save)
+    log_every = config.get("log_every", 50) or 50
+    summary = {"step": step, "preempted": False}
+    totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
     hooks_lib.call(hooks, "begin", step, state, ctx)
-    with _StopRequest() as stop:
-      while step < num_steps:
-        if stop.agreed(step, also=ctx.stop_reason is not None):
-          ctx.request_stop("preempted")
-          break
-        batch = sharding_lib.shard_batch(next(train_iter), mesh)
-        state, metrics, finite = step_fn(state, batch)
-        if not bool(finite):
-          last = checkpointer.latest_step()
-          raise NonFiniteError(
-              f"non-finite loss or gradient at step {step + 1}; stopping. The last good "
-              f"checkpoint (step {last}) is kept in {checkpointer.directory}. Lower the "
-              "learning rate, set grad_clip, or use time normalization (eta).")
-        step += 1
-        window_steps += 1
-        totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
-        progress.update(step)
-        if step % log_every == 0 or step == num_steps:
-          elapsed = time.perf_counter() - window_start
-          record = metrics_lib.summarize(totals, "train")
-          record["steps_per_sec"] = window_steps / max(elapsed, 1e-9)
-          record["eta_sec"] = (num_steps - step) / max(record["steps_per_sec"], 1e-9)
-          writer.write(step, record)
-          progress.set_loss(record["train_loss"])
-          logging.info("step %d/%d %s", step, num_steps, _fmt(record))
-          summary.update(record)
-          totals, window_start, window_steps = None, time.perf_counter(), 0
-        hooks_lib.call(hooks, "after_step", step, state, ctx)
-        _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
-                              cache=cache)
-        if checkpointer.should_save(step):
-          checkpointer.save(step, state, train_iter.get_state())
+    while step < num_steps:
+      if stop.agreed(step, also=ctx.stop_reason is not None):
+        ctx.request_stop("preempted")
+        break
+      batch = sharding_lib.shard_batch(next(train_iter), mesh)
+      if step == ctx.start_step:
+        logging.info("Compiling the train step at step %d (the first step takes longer).",
+                     step)
+      state, metrics, finite = step_fn(state, batch)
+      if not bool(finite):
+        last = checkpointer.latest_step()
+        kept = ("there is no checkpoint yet (none was saved before this step)"
+                if last is None else
+                f"the last good checkpoint (step {last}) is kept in "
+                f"{checkpointer.directory}")
+        raise NonFiniteError(
+            f"non-finite loss or gradient at step {step + 1}; stopping; {kept}. Lower "
+            "the learning rate, set grad_clip, or use time normalization (eta).")
+      step += 1
+      window_steps += 1
+      totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
+      progress.update(step)
+      if step % log_every == 0 or step == num_steps:
+        elapsed = time.perf_counter() - window_start
+        record = metrics_lib.summarize(totals, "train")
+        record["steps_per_sec"] = window_steps / max(elapsed, 1e-9)
+        record["eta_sec"] = (num_steps - step) / max(record["steps_per_sec"], 1e-9)
+        writer.write(step, record)
+        progress.set_loss(record["train_loss"])
+        logging.info("step %d/%d %s", step, num_steps, _fmt(record))
+        summary.update(record)
+        totals, window_start, window_steps = None, time.perf_counter(), 0
+      hooks_lib.call(hooks, "after_step", step, state, ctx)
+      _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
+                            cache=cache)
+      if checkpointer.should_save(step):
+        checkpointer.save(step, state, train_iter.get_state())
+    if step != ctx.start_step:   # else it is saved already, or is the initial state
       checkpointer.save(step, state, train_iter.get_state())
     progress.close()
     summary["step"] = step
@@ -399,7 +474,8 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = ()) ->
       hooks_lib.call(hooks, "end", step, state, summary, ctx)
   finally:
     progress.close()
-    writer.close()
+    if writer is not None:
+      writer.close()
     checkpointer.close()
   summary["params"] = state.params
   return summary
@@ -416,7 +492,7 @@ def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int
   train_iter = task.train_data(config, process_index=jax.process_index(),
                                process_count=jax.process_count())
   state = _init_state(config, task, model, tx, next(train_iter), mesh)
-  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=1000)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=1000, read_only=True)
   try:
     restored = checkpointer.restore(_abstract(state, mesh), step=step)
   finally:

@@ -43,6 +43,12 @@ TAG_LENGTH = 12                 # hex digits of the source fingerprint in the co
 _CHUNK = 1 << 20
 
 
+class MissingSourceError(FileNotFoundError, ValueError):
+  """Source files are missing (one line listing what to create): a ``FileNotFoundError``
+  for callers that fall back to other data (bAbI's en-10k -> en 1k) and a ``ValueError``,
+  which the launchers print as a one-line error."""
+
+
 class SourceFileError(ValueError):
   """A source file that cannot be read (not UTF-8 text, a broken gzip file); the message
   names the file, the byte offset and the fix."""

@@ -1,0 +1,171 @@
+"""A workdir belongs to one run: its lock, and the resume check against its saved config.
+
+The lock is ``<workdir>/run.lock``, held with ``fcntl.flock`` by the run's primary process
+(``jax.process_index() == 0``; the other processes of a multi-host run share the workdir).
+The operating system releases it when that process ends, however it ends, so a lock is
+never stale on the host that held it; the file also names its holder (host, pid, start
+time) for the message a second run gets, and is emptied on a clean release, so a
+non-empty file that can be locked was left by a process that died (taken over with a
+warning). Orbax has no such lock (its CheckpointManager assumes one writer), hence this.
+
+On a file system without ``flock`` the holder record alone decides: a live pid on this
+host, or any other host, is refused (the message names the file to delete if that run is
+gone); a dead pid on this host is taken over.
+
+``check_resume`` refuses, before anything is written, a run whose config differs from the
+workdir's ``config.json`` in a field that shapes the state or the run
+(:data:`rumjax.configs.RESUME_MAY_CHANGE` lists the fields that may change).
+"""
+
+import datetime
+import errno
+import json
+import os
+import socket
+from typing import Optional
+
+from absl import logging
+
+from rumjax import configs
+
+try:
+  import fcntl
+except ImportError:  # not POSIX
+  fcntl = None
+
+LOCK_FILE = "run.lock"
+
+
+class WorkdirError(ValueError):
+  """A run that must not go on in this workdir (busy, or another run's config)."""
+
+
+def _holder_text(holder: dict) -> str:
+  return (f"host {holder.get('host')}, pid {holder.get('pid')}, started "
+          f"{holder.get('start')}")
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+class WorkdirLock:
+  """The run lock of ``workdir``: ``acquire()`` or a one-line :class:`WorkdirError`;
+  ``release()`` (idempotent) at the end, also as a context manager."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, LOCK_FILE)
+    self._fd = None
+
+  def __enter__(self):
+    self.acquire()
+    return self
+
+  def __exit__(self, *exc):
+    self.release()
+
+  def _read(self, fd) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    try:
+      return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+      return {"host": "?", "pid": "?", "start": f"? (unreadable {self.path})"}
+
+  def _busy(self, holder: dict, hint: str = "") -> WorkdirError:
+    return WorkdirError(
+        f"workdir {os.path.dirname(self.path)!r} is in use by another run "
+        f"({_holder_text(holder)}){hint}; wait for it to end, stop it, or pass another "
+        "--workdir.")
+
+  def acquire(self) -> None:
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      holder = self._read(fd)
+      locked = self._flock(fd, holder)
+      if holder:
+        if not locked:
+          self._check_record(holder)
+        logging.warning("Taking over the lock of a run that ended without releasing it "
+                        "(%s): %s.", _holder_text(holder), self.path)
+      me = {"host": socket.gethostname(), "pid": os.getpid(),
+            "start": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds")}
+      os.ftruncate(fd, 0)
+      os.lseek(fd, 0, os.SEEK_SET)
+      os.write(fd, json.dumps(me).encode())
+      os.fsync(fd)
+    except BaseException:
+      os.close(fd)
+      raise
+    self._fd = fd
+
+  def _flock(self, fd, holder: dict) -> bool:
+    """Whether ``flock`` took the lock (False: not supported here); a busy lock raises."""
+    if fcntl is None:
+      return False
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return True
+    except BlockingIOError:
+      holder = holder or self._read(fd) or {"host": "?", "pid": "?", "start": "?"}
+      raise self._busy(holder) from None
+    except OSError as err:
+      if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+      raise
+
+  def _check_record(self, holder: dict) -> None:
+    """Without ``flock``: refuse a holder that may be alive."""
+    same_host = holder.get("host") == socket.gethostname()
+    pid = holder.get("pid")
+    if same_host and isinstance(pid, int) and not _alive(pid):
+      return
+    raise self._busy(holder, f"; this file system has no flock, so if that run is gone "
+                     f"delete {self.path}")
+
+  def release(self) -> None:
+    if self._fd is None:
+      return
+    try:
+      os.ftruncate(self._fd, 0)
+    finally:
+      os.close(self._fd)   # closing the file releases the flock
+      self._fd = None
+
+
+def holder(workdir: str) -> Optional[dict]:
+  """The recorded holder of ``workdir``'s lock (``None`` if it is free and clean)."""
+  path = os.path.join(workdir, LOCK_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    text = f.read().strip()
+  return json.loads(text) if text else None
+
+
+def check_resume(config, workdir: str) -> None:
+  """One-line :class:`WorkdirError` if ``workdir`` has checkpoints and its ``config.json``
+  differs from ``config`` in a field that may not change on resume (see
+  :data:`rumjax.configs.RESUME_MAY_CHANGE`); reads only."""
+  from rumjax.training import checkpoint as checkpoint_lib
+  path = os.path.join(workdir, "config.json")
+  if not checkpoint_lib.checkpoint_steps(workdir) or not os.path.isfile(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  diffs = configs.resume_differences(saved, configs.as_json(config))
+  if diffs:
+    raise WorkdirError(
+        f"workdir {workdir!r} holds a run with another config: "
+        f"{configs.format_differences(diffs)}. Resume it with its own config, pass a new "
+        f"--workdir, or fine-tune from it in a new --workdir with "
+        f"--config.init_from={workdir} (a resumed run may change only num_steps, the "
+        "evaluation, logging and checkpoint cadence, and data locations: "
+        "rumjax.configs.RESUME_MAY_CHANGE).")

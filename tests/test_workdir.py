@@ -1,0 +1,181 @@
+"""A workdir belongs to one run (in-process, on the toy task): a resume with another config or
+another state is a one-line error that leaves the workdir as it was; a busy workdir is refused
+and a dead holder's lock taken over; a stop request from the first moment; metrics written
+after the last checkpoint are set aside on resume; true messages."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rumjax import configs, training
+from rumjax.training import metrics as metrics_lib
+from rumjax.training import workdir as workdir_lib
+from tests import toy_task
+
+
+def _config(**overrides):
+  config = toy_task.default_config()
+  config.update(overrides)
+  return config
+
+
+def _snapshot(workdir):
+  """Every file under ``workdir`` with its content hash (what "untouched" means)."""
+  out = {}
+  for root, _, files in os.walk(workdir):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path, workdir)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+def test_resume_differences_leave_out_the_fields_that_may_change():
+  saved = {"num_steps": 10, "seed": 0, "model": {"hidden_size": 8, "cell": "rum"},
+           "evals": {"eval": {"every": 5}}, "old_field": 1}
+  new = {"num_steps": 20, "seed": 0, "model": {"hidden_size": 16, "cell": "rum"},
+         "evals": {"eval": {"every": 7}, "test": {"every": 0}}}
+  diffs = configs.resume_differences(saved, new)
+  assert diffs == [("model.hidden_size", 8, 16), ("old_field", 1, "<absent>")]
+  assert configs.format_differences(diffs[:1]) == (
+      "config.model.hidden_size: 8 in the workdir, 16 now")
+
+
+def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
+  workdir = str(tmp_path / "run")
+  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task)
+  before = _snapshot(workdir)
+  with pytest.raises(training.WorkdirError) as err:
+    training.train_and_evaluate(_config(num_steps=10, features=5, learning_rate=0.1),
+                                workdir, toy_task)
+  message = str(err.value)
+  assert "\n" not in message
+  assert "config.features: 4 in the workdir, 5 now" in message
+  assert "config.learning_rate: 0.5 in the workdir, 0.1 now" in message
+  assert f"--config.init_from={workdir}" in message and "new --workdir" in message
+  assert _snapshot(workdir) == before
+  # num_steps and the evaluation cadence may change: the run resumes.
+  summary = training.train_and_evaluate(_config(num_steps=7, eval_every=1, log_every=1),
+                                        workdir, toy_task)
+  assert summary["step"] == 7
+
+
+def test_a_checkpoint_that_does_not_fit_is_an_error_not_corruption(tmp_path):
+  """The second guard (no config.json to compare, e.g. a workdir copied without it): the
+  checkpoint's tree (orbax metadata) against the new state; nothing is moved."""
+  workdir = str(tmp_path / "run")
+  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task)
+  os.remove(os.path.join(workdir, "config.json"))
+  before = _snapshot(workdir)
+  with pytest.raises(training.StateMismatchError) as err:
+    training.train_and_evaluate(_config(num_steps=10, features=5), workdir, toy_task)
+  message = str(err.value)
+  assert "\n" not in message
+  assert "params/Dense_0/kernel: (4, 1) in the checkpoint, (5, 1) now" in message
+  assert "init_from" in message
+  assert _snapshot(workdir) == before
+  assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))
+
+
+def test_a_busy_workdir_is_refused_naming_the_holder(tmp_path):
+  workdir = str(tmp_path / "run")
+  os.makedirs(workdir)
+  with training.WorkdirLock(workdir):
+    holder = workdir_lib.holder(workdir)
+    assert holder["pid"] == os.getpid()
+    with pytest.raises(training.WorkdirError) as err:
+      training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)
+    assert f"pid {os.getpid()}" in str(err.value) and "in use by another run" in str(err.value)
+    assert os.listdir(workdir) == [workdir_lib.LOCK_FILE]    # nothing written
+  assert workdir_lib.holder(workdir) is None                 # released, emptied
+  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)["step"] == 2
+  assert workdir_lib.holder(workdir) is None
+
+
+def test_a_dead_holders_lock_is_taken_over_with_a_warning(tmp_path, caplog):
+  workdir = str(tmp_path / "run")
+  os.makedirs(workdir)
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()                                   # a pid that no longer runs
+  record = {"host": "somewhere", "pid": dead.pid, "start": "2026-01-01T00:00:00+00:00"}
+  with open(os.path.join(workdir, workdir_lib.LOCK_FILE), "w") as f:
+    json.dump(record, f)
+  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)["step"] == 2
+  assert "Taking over the lock" in caplog.text and f"pid {dead.pid}" in caplog.text
+
+
+class _StopAt:
+  """A hook that requests a stop (as the signal handler does) at a given moment."""
+
+  def __init__(self, stop, method, step=None):
+    self.stop, self.method, self.step = stop, method, step
+
+  def begin(self, step, state, ctx):
+    if self.method == "begin":
+      self.stop.request()
+
+  def after_step(self, step, state, ctx):
+    if self.method == "after_step" and step == self.step:
+      self.stop.request()
+
+
+def test_a_stop_requested_before_the_start_saves_nothing(tmp_path):
+  workdir = str(tmp_path / "run")
+  stop = training.StopRequest()
+  stop.request()
+  summary = training.train_and_evaluate(_config(), workdir, toy_task, stop=stop)
+  assert summary["preempted"] and summary["step"] == 0 and summary["params"] is None
+  assert not os.path.exists(os.path.join(workdir, "checkpoints"))
+
+
+def test_a_stop_before_the_first_step_or_after_a_step(tmp_path):
+  workdir = str(tmp_path / "run")
+  with training.StopRequest() as stop:
+    summary = training.train_and_evaluate(_config(), workdir, toy_task,
+                                          hooks=[_StopAt(stop, "begin")], stop=stop)
+  assert summary["preempted"] and summary["step"] == 0
+  assert training.checkpoint.checkpoint_steps(workdir) == []   # nothing trained, nothing saved
+  with training.StopRequest() as stop:
+    summary = training.train_and_evaluate(_config(), workdir, toy_task,
+                                          hooks=[_StopAt(stop, "after_step", 3)], stop=stop)
+  assert summary["preempted"] and summary["step"] == 3
+  assert training.checkpoint.checkpoint_steps(workdir) == [3]
+
+
+def test_metrics_after_the_last_checkpoint_are_set_aside_on_resume(tmp_path):
+  """A run killed after its checkpoint at step 5 had written records for steps 6-7: the
+  resumed run computes them again, so they go to metrics.discarded.jsonl, not twice."""
+  workdir = str(tmp_path / "run")
+  training.train_and_evaluate(_config(num_steps=5, log_every=1), workdir, toy_task)
+  path = os.path.join(workdir, "metrics.jsonl")
+  with open(path, "a") as f:
+    f.write('{"step": 6, "train_loss": 1.0}\n{"step": 7, "train_loss": 1.0}\n{"step": 8, "tr')
+  training.train_and_evaluate(_config(num_steps=8, log_every=1), workdir, toy_task)
+  steps = [json.loads(line)["step"] for line in open(path)]
+  assert steps == sorted(steps) and [s for s in steps if s > 5] == [6, 7, 8, 8]  # 8: final eval
+  discarded = open(os.path.join(workdir, "metrics.discarded.jsonl")).read().splitlines()
+  assert len(discarded) == 3 and discarded[-1] == '{"step": 8, "tr'
+
+
+def test_drop_after_keeps_order_and_appends():
+  import tempfile
+  with tempfile.TemporaryDirectory() as d:
+    path, aside = os.path.join(d, "m.jsonl"), os.path.join(d, "aside.jsonl")
+    with open(path, "w") as f:
+      f.write("".join(f'{{"step": {s}}}\n' for s in (1, 2, 3, 4)))
+    assert metrics_lib.drop_after(path, 2, aside) == 2
+    assert metrics_lib.drop_after(path, 2, aside) == 0
+    assert [json.loads(x)["step"] for x in open(path)] == [1, 2]
+    assert [json.loads(x)["step"] for x in open(aside)] == [3, 4]
+
+
+def test_non_finite_without_a_checkpoint_says_so(tmp_path):
+  with pytest.raises(training.NonFiniteError) as err:
+    training.train_and_evaluate(_config(num_steps=12, nan_at_step=2), str(tmp_path / "n"),
+                                toy_task)
+  assert "step 2" in str(err.value) and "there is no checkpoint yet" in str(err.value)
+  assert "None" not in str(err.value)
