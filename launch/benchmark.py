@@ -67,6 +67,14 @@ Reported: parameters (with the embedding; ``encoder_params`` in the JSON: the la
     python -m launch.benchmark --encoders=starsaber,transformer,rezero \
         --encoder_shapes=32x64,32x256 --encoder_size=4x256
 
+Precision (``--dtype``, every table): ``float32`` (the default) or ``bfloat16``, the
+computation dtype of the precision policy (``config.model.dtype``): inputs, matmuls and
+hidden states in it, parameters float32, losses and logits float32, RUM's rotation path
+and the unitary cells' float32 as in training. On a CPU bfloat16 is emulated (slower than
+float32); the point is that an accelerator gets the policy::
+
+    python -m launch.benchmark --shapes=recall --candidates=gru,lstm,rum1 --dtype=bfloat16
+
 The measurements live in ``rumjax.benchmarks`` (one module per table); this file parses the
 flags, runs them and prints.
 """
@@ -79,6 +87,7 @@ import jax
 from absl import app, flags
 
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing
+from rumjax.cells.base import DTYPES, resolve_dtype
 from rumjax.training import sharding
 from tasks import ptb
 
@@ -92,6 +101,8 @@ flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:
                   "Any of gru, lstm, rum0, rum1 (fast rum_scan, lam 0/1), rum0_ref, rum1_ref "
                   "(the autodiff reference scan), lstmn, lstmn_ref.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (median reported).")
+flags.DEFINE_string("dtype", "float32", "Computation dtype of every table, the precision "
+                    f"policy: one of {', '.join(DTYPES)} (parameters stay float32).")
 flags.DEFINE_integer("max_rum1_hidden", 256,
                      "Skip lam=1 candidates above this Nh (R is B Nh^2 per copy).")
 flags.DEFINE_integer("matmul_size", 2048, "Size n of the n x n x n f32 matmul for the peak.")
@@ -128,6 +139,7 @@ def lm_requested():
 def main(argv):
   del argv
   try:
+    resolve_dtype(FLAGS.dtype)
     sharding.use_cpu_devices(FLAGS.cpu_devices)
     results = run()
   except ValueError as err:
@@ -141,8 +153,9 @@ def run():
   """The requested table, printed; returns the results for ``--output``."""
   peak = timing.peak_matmul(FLAGS.matmul_size, FLAGS.repeats)
   print(timing.peak_line(peak, FLAGS.matmul_size))
+  print(f"computation dtype: {FLAGS.dtype} (parameters float32)")
   results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
-             "devices": jax.device_count(), "cores": os.cpu_count()}
+             "devices": jax.device_count(), "cores": os.cpu_count(), "dtype": FLAGS.dtype}
   if FLAGS.decoding:
     run_decoding(results)
   elif encoders_requested():
@@ -158,7 +171,7 @@ def run_decoding(results):
   """The decoding table at ``--decode_shape``."""
   shape = decoding.parse_decode_shape(FLAGS.decode_shape)
   rows = decoding.run_decoding(shape, FLAGS.decode_cells, [int(k) for k in FLAGS.beam_sizes],
-                               FLAGS.min_len, FLAGS.repeats)
+                               FLAGS.min_len, FLAGS.repeats, FLAGS.dtype)
   results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
                          "candidates": rows}
   print(decoding.format_decoding(FLAGS.decode_shape, rows))
@@ -167,7 +180,8 @@ def run_decoding(results):
 def run_encoders(results):
   """The encoder table over ``--encoder_shapes``."""
   shapes, (layers, d) = encoders.parse_encoder_args(FLAGS.encoder_shapes, FLAGS.encoder_size)
-  tables = encoders.run_encoders(FLAGS.encoders, shapes, layers, d, FLAGS.repeats)
+  tables = encoders.run_encoders(FLAGS.encoders, shapes, layers, d, FLAGS.repeats,
+                                 FLAGS.dtype)
   results["encoders"] = {"L_D": (layers, d), "vocab": encoders.ENCODER_VOCAB,
                          "shapes": tables}
   print(encoders.format_encoders(FLAGS.encoder_size, tables))
@@ -177,7 +191,7 @@ def run_lm(results):
   """The language-model table at ``--lm_shape``."""
   shape = lm.parse_lm_shape(FLAGS.lm_shape, FLAGS.lm_scale)
   rows = lm.run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats, ptb.default_config,
-                   ptb.build_core)
+                   ptb.build_core, FLAGS.dtype)
   results["lm"] = {"B_T": shape, "vocab": lm.LM_VOCAB, "scale": FLAGS.lm_scale,
                    "candidates": rows}
   print(lm.format_lm(FLAGS.lm_shape, rows))
@@ -190,7 +204,7 @@ def run_training(results, peak):
     shape = cells.parse_shape(name)
     rows = cells.run_shape(name, shape, FLAGS.candidates, FLAGS.repeats, peak,
                            max_rum1_hidden=FLAGS.max_rum1_hidden, rss=FLAGS.rss,
-                           cpu_devices=FLAGS.cpu_devices)
+                           cpu_devices=FLAGS.cpu_devices, dtype=FLAGS.dtype)
     results["shapes"][name] = {"B_T_Nx_Nh": shape, "candidates": rows}
     print(cells.format_rows(name, rows))
 

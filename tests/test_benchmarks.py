@@ -2,11 +2,15 @@
 table formatting on fake rows. No timings are asserted; launch/benchmark.py end to end is in
 test_launch.py."""
 
+import json
 import os
+import re
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing
@@ -169,3 +173,57 @@ def test_the_command_reports_a_bad_shape_in_one_line():
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "Traceback" not in proc.stderr
   assert proc.stderr.strip().splitlines()[-1].startswith("error: shape '32x5' is neither")
+
+
+# ---------------------------------------------------------------------------- precision
+
+
+def _dot_dtypes(f, *args):
+  """The result dtypes of the dot_generals of ``f`` lowered at ``args``."""
+  return set(re.findall(r"stablehlo\.dot_general .*-> tensor<[\dx]*x?(\w+)>",
+                        f.lower(*args).as_text()))
+
+
+@pytest.mark.parametrize("cand", ["gru", "lstm", "rum1", "lstmn"])
+def test_make_step_computes_in_the_requested_dtype(cand):
+  """bfloat16: inputs and (some) matmuls in bfloat16, parameters and gradients float32
+  and finite; float32 (the default): no bfloat16 anywhere."""
+  f, params, xs = cells.make_step(cand, (2, 3, 2, 4), "bfloat16")
+  assert xs.dtype == jnp.bfloat16 and "bf16" in _dot_dtypes(f, params, xs)
+  grads = f(params, xs)
+  assert {g.dtype for g in jax.tree.leaves((params, grads))} == {jnp.dtype(jnp.float32)}
+  assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
+  f, params, xs = cells.make_step(cand, (2, 3, 2, 4))
+  assert xs.dtype == jnp.float32 and _dot_dtypes(f, params, xs) == {"f32"}
+
+
+def test_decoder_logits_float32_in_bfloat16():
+  tokens_to_logits, params, carry = decoding.make_decoder("gru", 2, 8, 32, "bfloat16")
+  logits, _ = tokens_to_logits(params, jnp.ones((2,), jnp.int32), carry)
+  assert logits.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(logits)))
+
+
+def test_unknown_dtype_name_is_a_one_line_error():
+  with pytest.raises(ValueError, match=r"^dtype='bf16' is not a known dtype name; choose "
+                     r"one of float32, bfloat16\.$"):
+    cells.make_step("gru", (2, 3, 2, 4), "bf16")
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--dtype=float16",
+                         "--matmul_size=8", "--repeats=1", "--cpu_devices=1"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: dtype='float16' is not a known dtype name; choose one of float32, bfloat16.")
+
+
+def test_the_command_times_in_bfloat16(tmp_path):
+  """``--dtype=bfloat16`` reaches the table: printed, in the JSON, every row timed."""
+  out = tmp_path / "bench.json"
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--dtype=bfloat16",
+                         "--shapes=2x3x2x4", "--candidates=gru,rum1", "--matmul_size=8",
+                         "--repeats=1", "--cpu_devices=1", f"--output={out}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "computation dtype: bfloat16" in proc.stdout
+  result = json.loads(out.read_text())
+  assert result["dtype"] == "bfloat16"
+  assert set(result["shapes"]["2x3x2x4"]["candidates"]) == {"gru", "rum1"}

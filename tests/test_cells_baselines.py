@@ -372,7 +372,9 @@ def test_base_carry_dtype_and_field_order(name):
   assert jax.tree.map(lambda a: a.shape, carry, is_leaf=lambda a: hasattr(a, "shape")) \
       == expected
   assert all(not np.any(a) for a in jax.tree.leaves(carry))  # zeros
-  # dtype: computation in bfloat16, parameters and the initial carry in float32.
+  assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(carry))
+  # dtype: computation and outputs in bfloat16, parameters in float32; the carry keeps
+  # one dtype from step to step: bfloat16, but float32 for the unitary cells.
   low = make_cell(name, 6, dtype=jnp.bfloat16)
   x = _xs(15)[:, 0]
   carry = low.initialize_carry(jax.random.key(0), x.shape)
@@ -380,7 +382,9 @@ def test_base_carry_dtype_and_field_order(name):
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(variables))
   new_carry, y = low.apply(variables, carry, x)
   assert y.dtype == jnp.bfloat16
-  assert all(a.dtype == jnp.bfloat16 for a in jax.tree.leaves(new_carry))
+  carry_dtype = jnp.float32 if name in ("eurnn", "goru", "urnn") else jnp.bfloat16
+  assert type(low).UNITARY == (carry_dtype == jnp.float32)
+  assert all(a.dtype == carry_dtype for a in jax.tree.leaves((carry, new_carry)))
 
 
 class _Zoneout(nn.Module):

@@ -2,7 +2,10 @@
 0/1) against Flax's GRU and LSTM and the LSTMN, on one device or data-parallel (``:dp``).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
-states, jit-compiled. Reported per candidate: median ms, compile time, XLA's buffer sizes,
+states, jit-compiled, in a computation dtype (``dtype``: float32 or bfloat16, the
+precision policy): the inputs in that dtype, Flax's cells with ``dtype=``, the functional
+scans (RUM, LSTMN) on their float32 parameters cast to it inside the step (so the
+gradients are float32), the loss summed in float32. Reported per candidate: median ms, compile time, XLA's buffer sizes,
 the matmul FLOPs counted from the shapes against the machine's peak, optionally the peak
 RSS of a subprocess, and ratios to GRU / LSTM in the same mode.
 """
@@ -17,6 +20,7 @@ import jax.numpy as jnp
 
 import rumjax
 from rumjax.benchmarks import timing
+from rumjax.cells.base import resolve_dtype
 from rumjax.training import sharding
 
 SHAPES = {  # name: (B, T, Nx, Nh)
@@ -58,35 +62,52 @@ def matmul_flops(cand, b, t, nx, nh):
   return t * (fwd + bwd)
 
 
-def _loss_and_params(cand, xs, nh):
-  """``(loss(params, xs), params)`` of a candidate without its ``:dp`` suffix."""
+def sum_squares(hs):
+  """The benchmark's loss ``sum(hs ** 2)``, summed in float32 whatever ``hs``'s dtype."""
+  return jnp.sum(jnp.square(hs.astype(jnp.float32)))
+
+
+def cast_params(params, dtype):
+  """``params`` cast to the computation ``dtype`` (inside a step: float32 gradients)."""
+  return jax.tree.map(lambda p: p.astype(dtype), params)
+
+
+def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
+  """``(loss(params, xs), params)`` of a candidate without its ``:dp`` suffix, computing
+  in ``dtype`` (float32 parameters)."""
   nx = xs.shape[-1]
   if cand in ("gru", "lstm"):
-    model = nn.RNN(nn.GRUCell(nh) if cand == "gru" else nn.OptimizedLSTMCell(nh))
-    return (lambda p, x: jnp.sum(model.apply(p, x) ** 2)), model.init(jax.random.key(1), xs)
+    cell = nn.GRUCell if cand == "gru" else nn.OptimizedLSTMCell
+    model = nn.RNN(cell(nh, dtype=dtype))
+    return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
   impl = "reference" if cand.endswith("_ref") else "fast"
   if cand.startswith("lstmn"):
     params = rumjax.init_lstmn_params(jax.random.key(1), nx, nh, nh)
-    return (lambda p, x: jnp.sum(rumjax.lstmn_scan(p, x, impl=impl)[0] ** 2)), params
+    return (lambda p, x: sum_squares(
+        rumjax.lstmn_scan(cast_params(p, dtype), x, impl=impl)[0])), params
   lam = 1 if cand.startswith("rum1") else 0
   params = rumjax.init_rum_params(jax.random.key(1), nx, nh)
-  return (lambda p, x: jnp.sum(rumjax.rum_scan(p, x, lam=lam, impl=impl)[1] ** 2)), params
+  return (lambda p, x: sum_squares(
+      rumjax.rum_scan(cast_params(p, dtype), x, lam=lam, impl=impl)[1])), params
 
 
-def make_step(cand, shape):
-  """``(jitted grad function, params, xs)`` for a candidate at a shape.
+def make_step(cand, shape, dtype=jnp.float32):
+  """``(jitted grad function, params, xs)`` for a candidate at a shape, computing in
+  ``dtype`` (a dtype or a name of ``rumjax.cells.base.DTYPES``): the inputs in it,
+  float32 parameters.
 
   ``<name>:dp``: the batch split over all devices, parameters replicated (the loop's
   data parallelism)."""
   cand, _, mode = cand.partition(":")
   if mode not in ("", "dp"):
     raise ValueError(f"candidate suffix must be ':dp', got {mode!r}.")
+  dtype = resolve_dtype(dtype)
   b, t, nx, nh = shape
-  xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32)
+  xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32).astype(dtype)
   if cand not in CANDIDATES:
     raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
                      "rum1_ref, lstmn, lstmn_ref, optionally with ':dp'.")
-  loss, params = _loss_and_params(cand, xs, nh)
+  loss, params = _loss_and_params(cand, xs, nh, dtype)
   if mode == "dp":
     mesh = sharding.make_mesh()
     sharding.check_batch_size(b, mesh)
@@ -95,26 +116,27 @@ def make_step(cand, shape):
   return jax.jit(jax.grad(loss)), params, xs
 
 
-def rss_child(cand, shape_name, cpu_devices=None):
+def rss_child(cand, shape_name, cpu_devices=None, dtype="float32"):
   """Builds, compiles and runs one step of ``cand``; prints ``{"maxrss_mb": ...}``."""
   sharding.use_cpu_devices(cpu_devices)
-  f, params, xs = make_step(cand, parse_shape(shape_name))
+  f, params, xs = make_step(cand, parse_shape(shape_name), dtype)
   jax.block_until_ready(f(params, xs))
   print(json.dumps({"maxrss_mb": timing.peak_rss_mb()}))
 
 
-def measure_rss(cand, shape_name, cpu_devices):
+def measure_rss(cand, shape_name, cpu_devices, dtype="float32"):
   """Peak RSS (MB) of a fresh Python process that runs only :func:`rss_child`."""
   code = ("from rumjax.benchmarks import cells; "
-          f"cells.rss_child({cand!r}, {shape_name!r}, {cpu_devices!r})")
+          f"cells.rss_child({cand!r}, {shape_name!r}, {cpu_devices!r}, "
+          f"{jnp.dtype(dtype).name!r})")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
 
-def _compile_row(c, shape, runs):
+def _compile_row(c, shape, runs, dtype=jnp.float32):
   """Compiles ``c``'s step into ``runs[c]``; its row: compile time, XLA MB, matmul GFLOP."""
-  f, params, xs = make_step(c, shape)
+  f, params, xs = make_step(c, shape, dtype)
   runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
   mem = runs[c][0].memory_analysis()
   return {
@@ -141,19 +163,19 @@ def add_ratios(rows):
 
 
 def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=False,
-              cpu_devices="auto"):
-  """Times the candidates' training steps at one shape, alternated per round; lam=1
-  candidates above ``max_rum1_hidden`` are skipped. ``rss``: also each one's peak RSS in a
-  subprocess with ``cpu_devices``."""
+              cpu_devices="auto", dtype=jnp.float32):
+  """Times the candidates' training steps at one shape in the computation ``dtype``,
+  alternated per round; lam=1 candidates above ``max_rum1_hidden`` are skipped. ``rss``:
+  also each one's peak RSS in a subprocess with ``cpu_devices``."""
   cands = [c for c in candidates if not (c.startswith("rum1") and shape[3] > max_rum1_hidden)]
   runs = {}
-  rows = {c: _compile_row(c, shape, runs) for c in cands}
+  rows = {c: _compile_row(c, shape, runs, dtype) for c in cands}
   timing.time_alternated(runs, rows, repeats)
   for c, r in rows.items():
     r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
     r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
     if rss:
-      r["rss_mb"] = measure_rss(c, name, cpu_devices)
+      r["rss_mb"] = measure_rss(c, name, cpu_devices, dtype)
   add_ratios(rows)
   return rows
 

@@ -1,6 +1,8 @@
 """Greedy vs beam search decoding: ms per decoded batch of a one-cell decoder (GRU or RUM
 lam 0/1; embed, one cell step, dense to the vocabulary) with random parameters. ``eos`` is
-never picked (output bias -1e9), so every search runs to ``max_len``."""
+never picked (output bias -1e9), so every search runs to ``max_len``. The embedding, the
+cell and the projection compute in ``dtype`` (float32 parameters); the logits the search
+scores are float32 (the precision policy)."""
 
 import functools
 
@@ -10,6 +12,7 @@ import jax.numpy as jnp
 
 import rumjax
 from rumjax.benchmarks import timing
+from rumjax.cells.base import resolve_dtype
 
 BOS, EOS = 1, 2
 
@@ -22,13 +25,16 @@ def parse_decode_shape(text):
   return shape
 
 
-def make_decoder(cell_name, b, nh, vocab):
+def make_decoder(cell_name, b, nh, vocab, dtype=jnp.float32):
   """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
-  step, dense to the vocabulary; random parameters, eos's output bias at -1e9."""
+  step, dense to the vocabulary, computing in ``dtype`` (float32 logits); random
+  parameters, eos's output bias at -1e9."""
   if cell_name not in ("gru", "rum0", "rum1"):
     raise ValueError(f"unknown decoder cell {cell_name!r}: gru, rum0, rum1.")
-  cell = nn.GRUCell(nh) if cell_name == "gru" else rumjax.RUMCell(nh, lam=int(cell_name[3]))
-  embed, out = nn.Embed(vocab, nh), nn.Dense(vocab)
+  dtype = resolve_dtype(dtype)
+  cell = (nn.GRUCell(nh, dtype=dtype) if cell_name == "gru"
+          else rumjax.RUMCell(nh, lam=int(cell_name[3]), dtype=dtype))
+  embed, out = nn.Embed(vocab, nh, dtype=dtype), nn.Dense(vocab, dtype=dtype)
   k_embed, k_cell, k_out = jax.random.split(jax.random.key(1), 3)
   carry, x = cell.initialize_carry(k_cell, (b, nh)), jnp.zeros((b, nh))
   params = {"embed": embed.init(k_embed, jnp.zeros((b,), jnp.int32)),
@@ -38,7 +44,7 @@ def make_decoder(cell_name, b, nh, vocab):
 
   def tokens_to_logits(p, tokens, carry):
     carry, h = cell.apply(p["cell"], carry, embed.apply(p["embed"], tokens))
-    return out.apply(p["out"], h), carry
+    return out.apply(p["out"], h).astype(jnp.float32), carry
   return tokens_to_logits, params, carry
 
 
@@ -56,12 +62,12 @@ def make_search(tokens_to_logits, beam, b, max_len, min_len):
   return jax.jit(search)
 
 
-def run_decoding(shape, cells, beams, min_len, repeats):
-  """Times greedy and beam search per decoder cell, alternated per round."""
+def run_decoding(shape, cells, beams, min_len, repeats, dtype=jnp.float32):
+  """Times greedy and beam search per decoder cell in ``dtype``, alternated per round."""
   b, nh, vocab, max_len = shape
   runs, rows = {}, {}
   for cell in cells:
-    tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab)
+    tokens_to_logits, params, carry = make_decoder(cell, b, nh, vocab, dtype)
     for k in [0] + beams:
       name = f"{cell}/{f'beam{k}' if k else 'greedy'}"
       f = make_search(tokens_to_logits, k, b, max_len, min(min_len, max_len))

@@ -1,12 +1,15 @@
 """Training steps of the attention encoders side by side (StarSaber vs Transformer vs
 ReZero at equal layers and hidden size): forward and backward of the mean cross-entropy of
-a 2-class ``classify`` model, dropout on, random full-length rows."""
+a 2-class ``classify`` model, dropout on, random full-length rows, in a computation dtype
+(the models' ``dtype`` field, the precision policy; float32 parameters)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from rumjax import metrics, models
 from rumjax.benchmarks import timing
+from rumjax.cells.base import resolve_dtype
 
 ENCODER_VOCAB = 5000
 
@@ -23,13 +26,14 @@ def parse_encoder_args(shapes, size):
   return parsed, (layers, d)
 
 
-def make_encoder_step(name, layers, d, b, t):
+def make_encoder_step(name, layers, d, b, t, dtype="float32"):
   """``(jitted step, args)``: the gradient of the mean cross-entropy of a ``classify``
-  encoder model (2 classes, dropout on) w.r.t. its parameters; ``args[0]``: the
-  parameters."""
+  encoder model (2 classes, dropout on, computing in ``dtype``, a name) w.r.t. its
+  parameters; ``args[0]``: the parameters."""
   model = models.build_model({"name": name, "num_layers": layers, "hidden_size": d,
                               "embed_dim": d, "num_heads": 8, "ffn_size": None,
-                              "dropout_rate": 0.1, "objective": "classify"},
+                              "dropout_rate": 0.1, "objective": "classify",
+                              "dtype": jnp.dtype(resolve_dtype(dtype)).name},
                              vocab_size=ENCODER_VOCAB, num_classes=2)
   batch = {"inputs": jax.random.randint(jax.random.key(0), (b, t), 1, ENCODER_VOCAB),
            "lengths": np.full((b,), t, np.int32)}
@@ -47,14 +51,14 @@ def _count(tree):
   return sum(x.size for x in jax.tree.leaves(tree))
 
 
-def run_encoders(names, shapes, layers, d, repeats):
-  """Times the encoders' training steps per shape, alternated per round."""
+def run_encoders(names, shapes, layers, d, repeats, dtype="float32"):
+  """Times the encoders' training steps per shape in ``dtype``, alternated per round."""
   out = {}
   for shape in shapes:
     b, t = shape
     runs, rows = {}, {}
     for name in names:
-      f, args = make_encoder_step(name, layers, d, b, t)
+      f, args = make_encoder_step(name, layers, d, b, t, dtype)
       runs[name], compile_s, _ = timing.compile_and_run(f, *args)
       rows[name] = {"compile_s": compile_s, "params": _count(args[0]),
                     "encoder_params": _count(args[0]["params"]["encoder"])}

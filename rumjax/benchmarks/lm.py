@@ -3,14 +3,17 @@ vs LN-LSTM 1000, ..., and ``flax_lstm1000``: Flax's ``OptimizedLSTMCell(1000)`` 
 forward and backward of the mean cross-entropy on random tokens, dropout and zoneout on.
 
 The variants' configs come from ``tasks.ptb``, which the caller passes in
-(``default_config``, ``build_core``): the library never imports a task.
+(``default_config``, ``build_core``): the library never imports a task. ``dtype`` (a name:
+float32 or bfloat16) is the models' ``config.model.dtype``, the precision policy.
 """
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from rumjax import metrics
 from rumjax.benchmarks import timing
+from rumjax.cells.base import resolve_dtype
 from rumjax.models import lm
 
 LM_VOCAB = 50
@@ -26,17 +29,21 @@ def parse_lm_shape(text, scale):
   return shape
 
 
-def lm_model(name, scale, default_config, build_core):
+def lm_model(name, scale, default_config, build_core, dtype="float32"):
   """``(LanguageModel, base)`` of a ``tasks.ptb`` variant or ``flax_lstm1000``, hidden
-  sizes divided by ``scale``; ``base`` is the candidate its ratio is taken to.
-  ``default_config(variant)`` and ``build_core(model)``: ``tasks.ptb``'s."""
+  sizes divided by ``scale``, computing in ``dtype`` (a name); ``base`` is the candidate
+  its ratio is taken to. ``default_config(variant)`` and ``build_core(model)``:
+  ``tasks.ptb``'s."""
   variant = "lstm1000" if name == "flax_lstm1000" else name
   m = default_config(variant).model
   for field in LM_SIZES:
     if field in m:
       m[field] = max(1, round(m[field] / scale))
-  core = nn.OptimizedLSTMCell(m.hidden_size) if name != variant else build_core(m)
-  model = lm.LanguageModel(core, LM_VOCAB, embed_dim=m.embed_dim, dropout_rate=m.dropout_rate)
+  m["dtype"] = jnp.dtype(resolve_dtype(dtype)).name
+  core = (nn.OptimizedLSTMCell(m.hidden_size, dtype=resolve_dtype(dtype)) if name != variant
+          else build_core(m))
+  model = lm.LanguageModel(core, LM_VOCAB, embed_dim=m.embed_dim, dropout_rate=m.dropout_rate,
+                           dtype=resolve_dtype(dtype))
   return model, "fs_lstm2" if m.core == "fast_slow" else "lstm1000"
 
 
@@ -55,12 +62,12 @@ def make_lm_step(model, b, t):
   return step, (params, carry, tokens, jax.random.key(2))
 
 
-def run_lm(names, shape, scale, repeats, default_config, build_core):
-  """Times the language models' training steps, alternated per round."""
+def run_lm(names, shape, scale, repeats, default_config, build_core, dtype="float32"):
+  """Times the language models' training steps in ``dtype``, alternated per round."""
   b, t = shape
   runs, rows = {}, {}
   for name in names:
-    model, base = lm_model(name, scale, default_config, build_core)
+    model, base = lm_model(name, scale, default_config, build_core, dtype)
     f, args = make_lm_step(model, b, t)
     runs[name], compile_s, _ = timing.compile_and_run(f, *args)
     rows[name] = {"base": base, "compile_s": compile_s,

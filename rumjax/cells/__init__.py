@@ -8,7 +8,8 @@ from rumjax.cells.registry import (CELLS, OPTIMIZER_WRAPPERS, cell_fields, cell_
                                    cell_names, get_cell_class, make_cell, optimizer_wrappers,
                                    register_cell, register_optimizer_wrapper)
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell, check_probability, zoneout
+from rumjax.cells.base import (DTYPES, RecurrentCell, check_probability, precise,
+                               resolve_dtype, zoneout)
 from rumjax.cells.eurnn import EURNNCell, eunn_apply, eunn_matrix, eunn_num_angles
 from rumjax.cells.fwln import FWLNCell
 from rumjax.cells.goru import GORUCell
@@ -19,10 +20,10 @@ from rumjax.cells.urnn import URNNCell, make_urnn_optimizer, stiefel_cayley
 from rumjax.cells.stacked import StackedCells, stacked_from_config
 from rumjax.cells.fast_slow import FastSlowCell, fast_slow_from_config
 
-__all__ = ["CELLS", "EURNNCell", "FWLNCell", "FastSlowCell", "GORUCell", "LNLSTMCell",
+__all__ = ["CELLS", "DTYPES", "EURNNCell", "FWLNCell", "FastSlowCell", "GORUCell", "LNLSTMCell",
            "OPTIMIZER_WRAPPERS", "RUM", "RUMCell", "RecurrentCell", "StackedCells", "URNNCell",
            "cell_fields", "cell_from_config", "cell_names", "check_probability", "eunn_apply",
            "eunn_matrix", "eunn_num_angles", "fast_slow_from_config", "get_cell_class",
-           "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers",
-           "register_cell", "register_optimizer_wrapper", "stacked_from_config",
+           "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers", "precise",
+           "register_cell", "register_optimizer_wrapper", "resolve_dtype", "stacked_from_config",
            "stiefel_cayley", "supports_scan", "zoneout"]

@@ -1,4 +1,4 @@
-"""What the comparison cells share: dtype fields, the zero carry, dtype promotion, zoneout.
+"""What the comparison cells share: the precision policy, the zero carry, zoneout.
 
 ``RecurrentCell`` is the base of the cells in this package (EURNN, GORU, uRNN, FW-LN,
 LN-LSTM). A subclass declares ``features`` (the hidden size) as its first field and its
@@ -21,6 +21,22 @@ first positional field as in ``nn.GRUCell``::
 The default carry is ``h_0 = carry_init(rng, (*batch, N))``; a cell with a structured
 carry (``(A, h)``, ``(c, h)``) overrides ``initialize_carry`` and builds each state with
 :meth:`RecurrentCell.hidden_carry`.
+
+Precision policy (Flax's, as ``nn.GRUCell``; DESIGN.md section 3.5). ``param_dtype``
+(float32 by default) is the dtype the parameters are created and stored in; ``dtype`` is
+the dtype of the computation (``None``: the promotion of the inputs, the first kernel and
+the carry, Flax's rule), so under ``dtype=jnp.bfloat16`` the matmuls of the inputs and of
+the gates run in bfloat16 and the hidden outputs are bfloat16. What stays float32:
+
+- layer-norm statistics (``nn.LayerNorm`` reduces in float32 whatever its ``dtype``);
+- the unitary path of the unitary cells (``UNITARY = True``: EURNN, GORU, uRNN): the
+  rotation angles' cos/sin and the Givens layers (elementwise), the products with the
+  orthogonal matrix (``precision=HIGHEST``), and their recurrent state, which is carried
+  in :func:`precise` of the computation dtype (float32 under bfloat16, as recurrentgemma
+  carries its recurrent state) so that no rounding to bfloat16 accumulates over time.
+
+The carry of the other cells is in the computation dtype (``dtype`` when set, else
+``param_dtype``), so that a scan's carry keeps one dtype from step to step.
 """
 
 import dataclasses
@@ -31,6 +47,45 @@ import jax
 import jax.numpy as jnp
 
 Array = jax.Array
+
+# The names a config may give a dtype by (``config.model.dtype``, ``--dtype``).
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# The precision of every dot product on a unitary / rotation path (a TPU runs an f32 dot
+# at the default precision as one bfloat16 pass, a recent GPU as TF32).
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def resolve_dtype(value: Any, field: str = "dtype") -> Any:
+  """``value`` as a dtype: a name of ``DTYPES`` (``"bfloat16"``), a dtype, or ``None``.
+
+  Raises a one-line ``ValueError`` naming the field and the accepted names otherwise.
+  """
+  if value is None:
+    return None
+  if isinstance(value, str):
+    if value not in DTYPES:
+      raise ValueError(f"{field}={value!r} is not a known dtype name; choose one of "
+                       f"{', '.join(DTYPES)}.")
+    return DTYPES[value]
+  try:
+    if jnp.issubdtype(jnp.dtype(value), jnp.floating):
+      return value
+  except TypeError:
+    pass
+  raise ValueError(f"{field}={value!r} is not a floating dtype; choose one of "
+                   f"{', '.join(DTYPES)}.")
+
+
+def precise(dtype: Any) -> Any:
+  """At least float32: the dtype of a unitary path or state under computation ``dtype``
+  (``bfloat16 -> float32``, ``float32 -> float32``, ``float64 -> float64``)."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def precise_state(state: Array, dtype: Any) -> Array:
+  """``state`` in the dtype a unitary cell carries it in: :func:`precise` of the
+  computation ``dtype``, never below ``state``'s own dtype."""
+  return jnp.asarray(state, jnp.promote_types(precise(dtype), state.dtype))
 
 
 def check_probability(name: str, p: float) -> None:
@@ -69,9 +124,14 @@ class RecurrentCell(nn.RNNCellBase):
   Attributes:
     dtype: the dtype of the computation (keyword only); ``None`` promotes the inputs,
       the first kernel and the carry (Flax's rule).
-    param_dtype: the dtype of the parameters and of the initial carry (keyword only).
-    carry_init: initializer of the hidden state ``h_0`` (keyword only; zeros).
+    param_dtype: the dtype of the parameters (keyword only; float32).
+    carry_init: initializer of the hidden state ``h_0`` (keyword only; zeros), created in
+      :attr:`carry_dtype`.
+
+  A unitary cell sets the class attribute ``UNITARY = True``: its carry is then in
+  :func:`precise` of the computation dtype (see the module docstring).
   """
+  UNITARY = False
   dtype: Optional[Any] = dataclasses.field(default=None, kw_only=True)
   param_dtype: Any = dataclasses.field(default=jnp.float32, kw_only=True)
   carry_init: Callable = dataclasses.field(default=nn.initializers.zeros_init(),
@@ -90,10 +150,17 @@ class RecurrentCell(nn.RNNCellBase):
                                          dtype=self.dtype)
     return jax.tree.map(lambda a: jnp.asarray(a, dtype), (inputs, carry, params))
 
+  @property
+  def carry_dtype(self) -> Any:
+    """The dtype of the initial carry: ``dtype`` if set, else ``param_dtype``; at least
+    float32 for a unitary cell (``UNITARY``)."""
+    dtype = self.param_dtype if self.dtype is None else self.dtype
+    return precise(dtype) if self.UNITARY else jnp.dtype(dtype)
+
   @nn.nowrap
   def hidden_carry(self, rng, input_shape) -> Array:
-    """``carry_init(rng)`` <param_dtype>[..., N] for inputs of shape ``(..., N_x)``."""
-    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
+    """``carry_init(rng)`` <carry_dtype>[..., N] for inputs of shape ``(..., N_x)``."""
+    return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.carry_dtype)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell
+from rumjax.cells.base import RecurrentCell, precise, precise_state
 from rumjax.cells.registry import register_cell
 
 Array = jax.Array
@@ -104,6 +104,12 @@ def eunn_layout(n: int, capacity: int = 2, fft: bool = False):
 def eunn_apply(thetas: Array, h: Array, *, capacity: int = 2, fft: bool = False) -> Array:
   """``W h`` without forming ``W``: L layers, each an O(N) gather and two multiplies.
 
+  Precision: ``cos``, ``sin`` and every layer ``c_l * h + s_l * h[perm_l]`` are computed in
+  :func:`~rumjax.cells.base.precise` of the inputs' dtypes (float32 for bfloat16 angles or
+  states), with elementwise products only (no dot, so no backend lowers the path to a
+  reduced-precision matmul); the result is cast back to ``h``'s dtype. ``W`` is thus a
+  rotation to float32 accuracy for angles of any dtype.
+
   Args:
     thetas: <float>[num_angles] the rotation angles (see :func:`eunn_num_angles`).
     h: <float>[..., N].
@@ -111,7 +117,7 @@ def eunn_apply(thetas: Array, h: Array, *, capacity: int = 2, fft: bool = False)
     fft: FFT-style pairing (``ceil(log2 N)`` layers).
 
   Returns:
-    <float>[..., N], ``W h`` (norm preserving).
+    <float>[..., N] in ``h``'s dtype, ``W h`` (norm preserving).
   """
   n = h.shape[-1]
   perm, angle_index, sign = eunn_layout(n, capacity, fft)
@@ -119,23 +125,26 @@ def eunn_apply(thetas: Array, h: Array, *, capacity: int = 2, fft: bool = False)
   if thetas.shape != (num_angles,):
     raise ValueError(f"thetas has shape {thetas.shape}; expected ({num_angles},) for "
                      f"N={n}, capacity={capacity}, fft={fft}.")
-  padded = jnp.concatenate([thetas, jnp.zeros((1,), thetas.dtype)]).astype(h.dtype)
+  acc = precise(jnp.promote_types(thetas.dtype, h.dtype))
+  padded = jnp.concatenate([thetas.astype(acc), jnp.zeros((1,), acc)])
   cos = jnp.cos(padded)[angle_index]                  # (L, N); 1 where unpaired
-  sin = jnp.sin(padded)[angle_index] * sign.astype(h.dtype)  # (L, N); 0 where unpaired
+  sin = jnp.sin(padded)[angle_index] * sign.astype(acc)  # (L, N); 0 where unpaired
 
   def layer(h, tables):
     p, c, s = tables
     return c * h + s * jnp.take(h, p, axis=-1), None
 
-  h, _ = jax.lax.scan(layer, h, (jnp.asarray(perm), cos, sin),
-                      unroll=min(perm.shape[0], 8))
-  return h
+  out, _ = jax.lax.scan(layer, h.astype(acc), (jnp.asarray(perm), cos, sin),
+                        unroll=min(perm.shape[0], 8))
+  return out.astype(h.dtype)
 
 
 def eunn_matrix(thetas: Array, n: int, *, capacity: int = 2, fft: bool = False) -> Array:
-  """The explicit <float>[N, N] matrix ``W`` of :func:`eunn_apply` (for checks only)."""
+  """The explicit <float>[N, N] matrix ``W`` of :func:`eunn_apply` (for checks only), in
+  at least float32 (the dtype :func:`eunn_apply` computes in)."""
   # Row k of eunn_apply(thetas, I) is (W e_k)^T, i.e. column k of W.
-  return eunn_apply(thetas, jnp.eye(n, dtype=thetas.dtype), capacity=capacity, fft=fft).T
+  eye = jnp.eye(n, dtype=precise(thetas.dtype))
+  return eunn_apply(thetas, eye, capacity=capacity, fft=fft).T
 
 
 def uniform_angles(key, shape, dtype=jnp.float32):
@@ -165,6 +174,9 @@ class EURNNCell(RecurrentCell):
   Parameters: ``thetas`` <float>[num_angles], ``kernel_x`` (``U^T``) <float>[N_x, N],
   ``bias`` (the modReLU ``b``) <float>[N]: ``num_angles + N_x N + N`` in all.
 
+  Precision: a unitary cell (``UNITARY``, :mod:`rumjax.cells.base`): the carry ``h`` is
+  float32 under ``dtype=jnp.bfloat16``, the outputs are bfloat16.
+
   Example::
 
       rnn = nn.RNN(EURNNCell(64, capacity=4))
@@ -183,9 +195,16 @@ class EURNNCell(RecurrentCell):
   theta_init: Callable = uniform_angles
   bias_init: Callable = nn.initializers.zeros_init()
 
+  UNITARY = True
+
   @nn.compact
   def __call__(self, carry, inputs):
-    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``.
+
+    The input projection ``U x_t`` runs in the computation dtype; ``W h_{t-1}``
+    (:func:`eunn_apply`), the modReLU and the carried ``h_t`` in its :func:`precise`
+    dtype (float32 under bfloat16); the output ``h_t`` is in the computation dtype.
+    """
     n = self.features
     check_eunn(n, self.capacity, self.fft)
     thetas = self.param("thetas", self.theta_init,
@@ -193,8 +212,8 @@ class EURNNCell(RecurrentCell):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    inputs, h, (thetas, kernel_x, bias) = self.promote(inputs, kernel_x, carry,
-                                                       thetas, kernel_x, bias)
+    inputs, _, (kernel_x,) = self.promote(inputs, kernel_x, carry, kernel_x)
+    h = precise_state(carry, inputs.dtype)
     wh = eunn_apply(thetas, h, capacity=self.capacity, fft=self.fft)
-    h = modrelu(wh + inputs @ kernel_x, bias)
-    return h, h
+    h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), bias.astype(h.dtype))
+    return h, h.astype(inputs.dtype)

@@ -82,7 +82,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells.base import check_probability
-from rumjax.cells.registry import cell_fields, cell_names, make_cell
+from rumjax.cells.registry import DTYPE_FIELDS, cell_fields, cell_names, make_cell
 from rumjax.cells.stacked import prepare_cells
 from rumjax.registry import did_you_mean
 
@@ -101,14 +101,21 @@ class FastSlowCell(nn.RNNCellBase):
       ``F_1``'s output before ``S`` reads it and of ``S``'s output before ``F_2`` reads it.
     deterministic: evaluation mode: no dropout, and every sub-cell with a
       ``deterministic`` field (zoneout) gets this value.
+    dtype: the computation dtype of every sub-cell (``None``: each sub-cell's own);
+      given, it overrides theirs (the precision policy of :mod:`rumjax.cells.base`: a
+      unitary or RUM slow cell keeps its own rotation path and state in float32).
+    param_dtype: the parameter dtype of every sub-cell (``None``: each one's own).
   """
   fast_cells: Sequence[nn.RNNCellBase]
   slow_cell: nn.RNNCellBase
   dropout_rate: float = 0.0
   deterministic: bool = True
+  dtype: Optional[Any] = None
+  param_dtype: Optional[Any] = None
 
   def __post_init__(self):
-    *fast, slow = prepare_cells((*self.fast_cells, self.slow_cell), self.deterministic)
+    *fast, slow = prepare_cells((*self.fast_cells, self.slow_cell), self.deterministic,
+                                self.dtype, self.param_dtype)
     object.__setattr__(self, "fast_cells", tuple(fast))
     object.__setattr__(self, "slow_cell", slow)
     super().__post_init__()
@@ -228,7 +235,10 @@ def fast_slow_from_config(config: Mapping[str, Any], *,
     (``lam``, ``zoneout``, ...) are NOT read: each role has its own;
   - ``dropout_rate``: the non-recurrent DROP probability on ``F_1 -> S`` and
     ``S -> F_2`` (default 0; the FS-RNN code's one ``keep_prob``, also used by the model
-    on the embedding and the output: 0.35 = keep 0.65).
+    on the embedding and the output: 0.35 = keep 0.65);
+  - ``dtype`` / ``param_dtype``: the precision policy of every sub-cell (names such as
+    ``"bfloat16"`` or dtypes; unprefixed, unlike the cell options; ``fast_dtype`` /
+    ``slow_dtype`` override it for one role).
 
   Args:
     config: a mapping (``ml_collections.ConfigDict`` or dict) with the fields above.
@@ -256,8 +266,9 @@ def fast_slow_from_config(config: Mapping[str, Any], *,
   num_fast = 2 if num_fast is None else int(num_fast)
   if num_fast < 2:
     raise ValueError(f"num_fast={num_fast}: FS-RNN needs at least 2 fast cells.")
-  fast_options = role_options(config, "fast_", fast_name)
-  slow_options = role_options(config, "slow_", slow_name)
+  policy = {f: config[f] for f in DTYPE_FIELDS if config.get(f) is not None}
+  fast_options = {**policy, **role_options(config, "fast_", fast_name)}
+  slow_options = {**policy, **role_options(config, "slow_", slow_name)}
   fast = tuple(make_cell(fast_name, sizes["fast_size"], **fast_options)
                for _ in range(num_fast))
   slow = make_cell(slow_name, sizes["slow_size"], **slow_options)

@@ -97,4 +97,4 @@ class FWLNCell(RecurrentCell):
   def initialize_carry(self, rng, input_shape):
     """``(A_0, h_0) = (0, 0)`` for inputs of shape ``(..., N_x)``."""
     a_shape = tuple(input_shape[:-1]) + (self.features, self.features)
-    return jnp.zeros(a_shape, self.param_dtype), self.hidden_carry(rng, input_shape)
+    return jnp.zeros(a_shape, self.carry_dtype), self.hidden_carry(rng, input_shape)

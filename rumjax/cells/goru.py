@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell
+from rumjax.cells.base import RecurrentCell, precise_state
 from rumjax.cells.eurnn import (check_eunn, eunn_apply, eunn_num_angles, symmetric_uniform,
                                 uniform_angles)
 from rumjax.cells.registry import register_cell
@@ -50,6 +50,9 @@ class GORUCell(RecurrentCell):
 
   ``3 N_x N + 2 N^2 + 3 N + num_angles`` in all.
 
+  Precision: a unitary cell (``UNITARY``, :mod:`rumjax.cells.base`): the carry ``h`` is
+  float32 under ``dtype=jnp.bfloat16``, the outputs are bfloat16.
+
   Example::
 
       rnn = nn.RNN(GORUCell(64, capacity=2))
@@ -68,9 +71,17 @@ class GORUCell(RecurrentCell):
   bias_init: Callable = goru_bias_init
   mod_bias_init: Callable = nn.initializers.constant(2.0)
 
+  UNITARY = True
+
   @nn.compact
   def __call__(self, carry, inputs):
-    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``.
+
+    The matmuls (``W x_t``, the gates' ``U_r h``, ``U_z h``) and the gates run in the
+    computation dtype; ``U h_{t-1}`` (:func:`~rumjax.cells.eurnn.eunn_apply`), ``h~_t``
+    and the update of the carried ``h_t`` in its ``precise`` dtype (float32 under
+    bfloat16); the output ``h_t`` is in the computation dtype.
+    """
     n = self.features
     check_eunn(n, self.capacity, self.fft)
     p = self.param_dtype
@@ -80,12 +91,13 @@ class GORUCell(RecurrentCell):
     mod_bias = self.param("mod_bias", self.mod_bias_init, (n,), p)
     thetas = self.param("thetas", self.theta_init,
                         (eunn_num_angles(n, self.capacity, self.fft),), p)
-    inputs, h, (kernel_x, kernel_h, bias, mod_bias, thetas) = self.promote(
-        inputs, kernel_x, carry, kernel_x, kernel_h, bias, mod_bias, thetas)
+    inputs, h, (kernel_x, kernel_h, bias) = self.promote(
+        inputs, kernel_x, carry, kernel_x, kernel_h, bias)
     xp = inputs @ kernel_x
     gates = jax.nn.sigmoid(xp[..., :2 * n] + h @ kernel_h + bias)
-    r, z = gates[..., :n], gates[..., n:]
+    h = precise_state(carry, inputs.dtype)                 # the carried state, float32+
+    r, z = (g.astype(h.dtype) for g in (gates[..., :n], gates[..., n:]))
     uh = eunn_apply(thetas, h, capacity=self.capacity, fft=self.fft)
-    h_tilde = modrelu(xp[..., 2 * n:] + r * uh, mod_bias)
+    h_tilde = modrelu(xp[..., 2 * n:].astype(h.dtype) + r * uh, mod_bias.astype(h.dtype))
     h = z * h + (1.0 - z) * h_tilde
-    return h, h
+    return h, h.astype(inputs.dtype)

@@ -18,7 +18,11 @@ from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 
+from rumjax.cells.base import resolve_dtype
 from rumjax.registry import Registry, did_you_mean
+
+# The precision policy's fields: every registered cell has them (Flax's cells too).
+DTYPE_FIELDS = ("dtype", "param_dtype")
 
 CELLS = Registry("cell")
 
@@ -70,8 +74,11 @@ def cell_fields(name: str) -> list[str]:
 def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
   """Builds the cell ``name`` with hidden size ``features``.
 
+  ``dtype`` and ``param_dtype`` may be given by name (``"bfloat16"``, ``"float32"``;
+  ``param_dtype=None``: the cell's default, float32).
+
   Raises ``ValueError`` naming the option and the accepted ones if ``kwargs`` holds an
-  option the cell does not have.
+  option the cell does not have, or naming the dtype choices for an unknown dtype name.
   """
   cls = get_cell_class(name)
   accepted = cell_fields(name)
@@ -80,14 +87,27 @@ def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
     hint = did_you_mean(unknown[0], accepted)
     raise ValueError(f"cell {name!r} has no option(s) {unknown}; accepted: {accepted}"
                      + (f"; {hint}" if hint else "."))
-  return cls(features, **kwargs)
+  return cls(features, **resolve_dtypes(kwargs))
+
+
+def resolve_dtypes(options: Mapping[str, Any]) -> dict:
+  """``options`` with ``dtype``/``param_dtype`` names resolved to dtypes
+  (:func:`rumjax.cells.base.resolve_dtype`); a ``None`` ``param_dtype`` is dropped."""
+  out = dict(options)
+  for field in DTYPE_FIELDS:
+    if field in out:
+      out[field] = resolve_dtype(out[field], field)
+  if "param_dtype" in out and out["param_dtype"] is None:
+    del out["param_dtype"]
+  return out
 
 
 def cell_from_config(name: str, features: int, options: Mapping[str, Any],
                      **overrides: Any) -> nn.RNNCellBase:
   """Builds the cell ``name`` taking from ``options`` (e.g. a task config) the entries
-  whose keys are fields of that cell (``lam``, ``eta``, ``activation``, ...); the
-  others are ignored, so one config serves every cell. ``overrides`` always apply."""
+  whose keys are fields of that cell (``lam``, ``eta``, ``activation``, ``dtype``,
+  ``param_dtype``, ...); the others are ignored, so one config serves every cell.
+  ``overrides`` always apply. Dtypes may be names (``dtype="bfloat16"``)."""
   accepted = set(cell_fields(name)) - {"features"}
   kwargs = {k: options[k] for k in accepted if k in options}
   kwargs.update(overrides)

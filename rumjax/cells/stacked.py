@@ -34,7 +34,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import flax.linen as nn
 import jax
 
-from rumjax.cells.base import check_probability
+from rumjax.cells.base import check_probability, resolve_dtype
 from rumjax.cells.registry import cell_from_config
 
 
@@ -43,22 +43,26 @@ def has_field(module: nn.Module, field: str) -> bool:
   return any(f.name == field and f.init for f in dataclasses.fields(module))
 
 
-def prepare_cells(cells: Sequence[nn.Module], deterministic: bool) -> tuple:
+def prepare_cells(cells: Sequence[nn.Module], deterministic: bool,
+                  dtype: Optional[Any] = None, param_dtype: Optional[Any] = None) -> tuple:
   """The sub-cells of a composite cell, ready to be adopted by it.
 
   A cell is replaced by an unbound, unnamed clone when (a) it has a ``deterministic``
-  field with another value (the composite's mode wins), (b) it is bound to another module
+  field with another value (the composite's mode wins), or a ``dtype`` / ``param_dtype``
+  field with another value than a ``dtype`` / ``param_dtype`` given here (not ``None``:
+  the composite's precision policy wins), (b) it is bound to another module
   (a composite cloned from a bound one, ``model.cell.clone(deterministic=...)``, holds the
   sub-cells of the *old* composite, which Flax would not adopt again), or (c) it is the
   same object as an earlier entry (Flax would share its parameters; each entry gets its
   own). Otherwise the cell itself is kept, so Flax's transforms (``nn.RNN``'s scan), which
   re-create the composite with the same sub-cell objects, find them again.
   """
+  wanted = {"deterministic": deterministic, "dtype": resolve_dtype(dtype, "dtype"),
+            "param_dtype": resolve_dtype(param_dtype, "param_dtype")}
   out = []
   for cell in cells:
-    updates = {}
-    if has_field(cell, "deterministic") and cell.deterministic != deterministic:
-      updates["deterministic"] = deterministic
+    updates = {k: v for k, v in wanted.items()
+               if v is not None and has_field(cell, k) and getattr(cell, k) != v}
     if updates or isinstance(cell.parent, nn.Module) or any(cell is c for c in out):
       cell = cell.clone(parent=None, name=None, **updates)
     out.append(cell)
@@ -76,13 +80,20 @@ class StackedCells(nn.RNNCellBase):
       applied to the input of the first layer nor to the output of the last.
     deterministic: evaluation mode: no dropout, and every layer with a ``deterministic``
       field (zoneout) gets this value (a layer's own setting is overridden).
+    dtype: the computation dtype of every layer (``None``: each layer's own); given, it
+      overrides the layers' ``dtype`` (the precision policy of :mod:`rumjax.cells.base`).
+    param_dtype: the parameter dtype of every layer (``None``: each layer's own, float32
+      by default).
   """
   cells: Sequence[nn.RNNCellBase]
   dropout_rate: float = 0.0
   deterministic: bool = True
+  dtype: Optional[Any] = None
+  param_dtype: Optional[Any] = None
 
   def __post_init__(self):
-    object.__setattr__(self, "cells", prepare_cells(self.cells, self.deterministic))
+    object.__setattr__(self, "cells", prepare_cells(self.cells, self.deterministic,
+                                                    self.dtype, self.param_dtype))
     super().__post_init__()
 
   @property
@@ -153,7 +164,8 @@ def stacked_from_config(config: Mapping[str, Any], *,
     language model's non-recurrent dropout, as in the papers, which use one rate, 0.35);
   - the cell's own options (``lam``, ``eta``, ``layer_norm``, ``zoneout``, ...), passed to
     every layer by :func:`rumjax.cells.cell_from_config` (entries that are not fields of
-    that cell are ignored).
+    that cell are ignored), among them the precision policy ``dtype`` / ``param_dtype``
+    (names such as ``"bfloat16"`` or dtypes), which every layer gets.
 
   Args:
     config: a mapping (``ml_collections.ConfigDict`` or dict) with the fields above.

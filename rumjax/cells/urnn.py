@@ -27,6 +27,7 @@ anything that rescales the *update* (weight decay, Adam, ...) must not be applie
 it, or ``W`` leaves the manifold.
 """
 
+import functools
 from typing import Callable, NamedTuple, Optional, Union
 
 import flax.linen as nn
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell
+from rumjax.cells.base import HIGHEST, RecurrentCell, precise, precise_state
 from rumjax.cells.registry import register_cell, register_optimizer_wrapper
 
 ORTHOGONAL_NAME = "recurrent_orthogonal"
@@ -51,6 +52,11 @@ class URNNCell(RecurrentCell):
   :func:`make_urnn_optimizer`) to keep it orthogonal; with a plain optimizer the cell is
   an ordinary modReLU RNN with an orthogonal initialisation.
 
+  Precision: a unitary cell (``UNITARY``, :mod:`rumjax.cells.base`): the carry ``h`` is
+  float32 under ``dtype=jnp.bfloat16``, the outputs are bfloat16. ``W`` itself is created
+  in at least float32 whatever ``param_dtype`` (a bfloat16 matrix is orthogonal only to
+  about 4e-3, and the Cayley step could not keep it on the manifold).
+
   Attributes:
     features: the hidden size ``N``.
   """
@@ -59,17 +65,26 @@ class URNNCell(RecurrentCell):
   kernel_x_init: Callable = nn.initializers.glorot_uniform()
   bias_init: Callable = nn.initializers.zeros_init()
 
+  UNITARY = True
+
   @nn.compact
   def __call__(self, carry, inputs):
-    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``."""
+    """``h_{t-1}`` <float>[..., N], ``x_t`` <float>[..., N_x] -> ``(h_t, h_t)``.
+
+    ``V x_t`` runs in the computation dtype; ``W h_{t-1}`` (one dot at
+    ``precision=HIGHEST``), the modReLU and the carried ``h_t`` in its ``precise`` dtype
+    (float32 under bfloat16); the output ``h_t`` is in the computation dtype.
+    """
     n = self.features
-    w = self.param(ORTHOGONAL_NAME, self.recurrent_init, (n, n), self.param_dtype)
+    w = self.param(ORTHOGONAL_NAME, self.recurrent_init, (n, n), precise(self.param_dtype))
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    inputs, h, (w, kernel_x, bias) = self.promote(inputs, kernel_x, carry, w, kernel_x, bias)
-    h = modrelu(h @ w + inputs @ kernel_x, bias)
-    return h, h
+    inputs, _, (kernel_x,) = self.promote(inputs, kernel_x, carry, kernel_x)
+    h = precise_state(carry, inputs.dtype)
+    wh = jnp.matmul(h, w.astype(h.dtype), precision=HIGHEST)
+    h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), bias.astype(h.dtype))
+    return h, h.astype(inputs.dtype)
 
 
 # ------------------------------------------------------------ the Stiefel optimizer
@@ -88,12 +103,18 @@ def cayley_step(w: jax.Array, g: jax.Array, lr) -> jax.Array:
     lr: the step size.
 
   Returns:
-    ``W_new`` <float>[..., n, p], again with orthonormal columns (up to round-off).
+    ``W_new`` <float>[..., n, p] in ``w``'s dtype, again with orthonormal columns (up to
+    round-off): computed in at least float32, every product at ``precision=HIGHEST``.
   """
-  wt, gt = jnp.swapaxes(w, -1, -2), jnp.swapaxes(g, -1, -2)
-  a = (0.5 * lr) * (g @ wt - w @ gt)
-  eye = jnp.eye(w.shape[-2], dtype=w.dtype)
-  return jnp.linalg.solve(eye + a, (eye - a) @ w)
+  dtype = jnp.promote_types(precise(w.dtype), g.dtype)
+  w32, g32 = jnp.asarray(w, dtype), jnp.asarray(g, dtype)
+  wt, gt = jnp.swapaxes(w32, -1, -2), jnp.swapaxes(g32, -1, -2)
+  mm = functools.partial(jnp.matmul, precision=HIGHEST)
+  a = (0.5 * lr) * (mm(g32, wt) - mm(w32, gt))
+  eye = jnp.eye(w.shape[-2], dtype=dtype)
+  with jax.default_matmul_precision("highest"):
+    w_new = jnp.linalg.solve(eye + a, mm(eye - a, w32))
+  return w_new.astype(w.dtype)
 
 
 def stiefel_cayley(learning_rate: Union[float, optax.Schedule]
