@@ -1,6 +1,6 @@
 r"""The intra-attention of a trained LSTMN on one sentence (Cheng et al., 2016, Figures 4-5).
 
-    python -m launch.attention --workdir=/work/runs/sst_lstmn \
+    python -m launch.attention --workdir=/tmp/sst/binary_lstmn \
         --sentence="it 's tough to watch but it 's a fantastic movie"
         # -> docs/figures/lstmn_attention.png
 

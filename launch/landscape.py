@@ -1,7 +1,7 @@
 r"""Figure 8 of the RUM paper: loss landscapes of trained RUM and GORU recall models.
 
-    python -m launch.landscape --rum_workdir=/work/runs/landscape_rum \
-        --goru_workdir=/work/runs/landscape_goru          # -> docs/figures/landscape_*.png
+    python -m launch.landscape --rum_workdir=/tmp/landscape_rum \
+        --goru_workdir=/tmp/landscape_goru          # -> docs/figures/landscape_*.png
 
 For each workdir (a ``launch.train`` run of the recall task: ``config.json`` and
 checkpoints; the latest checkpoint is used) the loss on the first training batch is

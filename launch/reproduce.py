@@ -1,4 +1,5 @@
-r"""Reproduces the synthetic tasks of the RUM paper: copying (Figure 4) and recall (Table 1).
+r"""Reproduces a paper's comparison: the RUM paper's copying (Figure 4), recall (Table 1)
+and summarization configurations (Table 4, on the synthetic task); the LSTMN paper's SST.
 
     python -m launch.reproduce --experiment=recall_T30 --workdir=/tmp/repro \
         --models=rum_lam1,gru --budget_minutes=15
@@ -6,11 +7,15 @@ r"""Reproduces the synthetic tasks of the RUM paper: copying (Figure 4) and reca
         --models=rum_lam1,gru --steps=2000 --budget_minutes=10 --set=model.eta=1.0
     python -m launch.reproduce --experiment=recall_T30,copying_T200 --workdir=/tmp/t \
         --models=rum_lam1,gru --tiny --steps=3          # a smoke test in seconds
+    python -m launch.reproduce --experiment=recall_T30 --workdir=/tmp/repro_seeds \
+        --models=rum_lam1,gru --seeds=0,1,2 --budget_minutes=15     # mean ± std of 3 seeds
 
 Experiments (``--experiment``, comma-separated; the models, the paper's numbers and the
 figures are data in ``tasks/configs/``): ``copying_T200``, ``copying_T500``,
 ``copying_T1000`` (RUM λ=1 with η=N/A and η=1.0, RUM λ=0, LSTM, GRU, EURNN, GORU; Figure
-4) and ``recall_T30``, ``recall_T50`` (the same plus FW-LN; Table 1).
+4), ``recall_T30``, ``recall_T50`` (the same plus FW-LN; Table 1) and ``sst_binary``,
+``sst_fine`` (LSTM and LSTMN, test at the best dev checkpoint; LSTMN paper Table 2),
+``summ_synthetic`` (LEAD, encRUM, decRUM, allRUM; RUM paper Table 4).
 
 Each model is one invocation of the generic loop in ``<workdir>/<experiment>/<model>``
 (:func:`rumjax.experiments.run_experiment`), compiled once: evaluation every
@@ -18,7 +23,13 @@ Each model is one invocation of the generic loop in ``<workdir>/<experiment>/<mo
 batches, the final test on the whole test set), for RUM the
 mini-batch mean of ``cos(theta_t)`` per step on a fixed test batch appended to
 ``cos_theta.jsonl`` at the same cadence (Figure 5b,c), and a stop at ``--budget_minutes``
-of wall-clock time. Re-running with the same workdir resumes every model where it stopped.
+of wall-clock time. Re-running with the same workdir resumes every model where it stopped
+(and skips the finished ones). ``--seeds=0,1,2`` trains every model once per seed, in
+``<workdir>/<experiment>/<model>/seed<k>/``, and reports the mean ± sample standard
+deviation over the seeds (with ``n``) in ``results.json`` / ``results.md``; the figure draws
+one curve per seed. One seed (``--seeds=3``, the same as ``--seed=3``) keeps the single-run
+layout. With early stopping in the models' configs (SST) the final-only evaluators also
+run on the best checkpoint (``at_best_metrics``: test at best dev).
 
 Outputs under ``<workdir>/<experiment>/``: ``results.json`` and ``results.md`` (per model
 the config, parameter count, steps, wall and CPU time, final metrics, status, the paper's
@@ -63,8 +74,22 @@ def define_flags() -> None:
   flags.DEFINE_bool("tiny", False, "Tiny sizes for smoke tests (hidden 8, batch 8, short "
                     "sequences, small data sets): checks the plumbing, not the paper.")
   flags.DEFINE_integer("seed", None, "Seed of every model (config.seed).")
+  flags.DEFINE_list("seeds", None, "Several seeds, e.g. 0,1,2: every model once per seed "
+                    "in <model>/seed<k>/, reported as mean ± std over the seeds (instead "
+                    "of --seed).")
   flags.DEFINE_string("cpu_devices", None, "CPU only: CPU devices for the data-parallel "
                       "loop, or 'auto' (one per core); see launch.train. Default: one.")
+
+
+def parse_seeds(items) -> list[int] | None:
+  """``["0", "1", "2"]`` (``--seeds``) -> ``[0, 1, 2]``; ``None`` stays ``None``."""
+  if items is None:
+    return None
+  try:
+    return [int(item) for item in items]
+  except ValueError:
+    raise ValueError(f"--seeds={','.join(items)} must be comma-separated integers, "
+                     "e.g. --seeds=0,1,2.") from None
 
 
 def options_from_flags(values) -> experiments.Options:
@@ -72,7 +97,8 @@ def options_from_flags(values) -> experiments.Options:
       steps=values.steps, budget_minutes=values.budget_minutes,
       eval_every=values.eval_every, eval_batches_during=values.eval_batches_during,
       log_every=values.log_every, keep_checkpoints=values.keep_checkpoints,
-      sets=experiments.parse_overrides(values.set), tiny=values.tiny, seed=values.seed)
+      sets=experiments.parse_overrides(values.set), tiny=values.tiny, seed=values.seed,
+      seeds=parse_seeds(values.seeds))
 
 
 def main(argv):
@@ -97,7 +123,8 @@ def main(argv):
     except ValueError as err:
       sys.exit(f"error: {err}")
     print(experiments.results_markdown(exp, summary), flush=True)
-    if any(r["status"] == "preempted" for r in summary["models"].values()):
+    if any("preempted" in r.get("statuses", [r["status"]])
+           for r in summary["models"].values()):
       return
 
 

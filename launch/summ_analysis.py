@@ -1,6 +1,6 @@
 r"""Figure 6 of the RUM paper: gradients and hidden-state norms of summarization runs.
 
-    python -m launch.summ_analysis --workdirs=/work/runs/lead,/work/runs/decrum \
+    python -m launch.summ_analysis --workdirs=/tmp/summ/synth_lead,/tmp/summ/synth_decrum \
         --labels=LEAD,decRUM --out_dir=docs/figures --batch_index=0
         # -> docs/figures/summ_figure6.png, docs/figures/summ_figure6.json
 

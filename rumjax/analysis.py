@@ -32,6 +32,18 @@ from rumjax.training import checkpoint as checkpoint_lib
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
 
 
+def recorded_path(path: str, root: Optional[str] = None) -> str:
+  """``path`` as a figure's JSON records it, naming no machine: relative to ``root``
+  (default: the current directory, the checkout for ``python -m launch...``) when it lies
+  inside it, else its last component, the workdir's name (``/tmp/runs/lead`` ->
+  ``lead``)."""
+  root = os.path.abspath(root or os.getcwd())
+  full = os.path.abspath(os.path.expanduser(path))
+  if os.path.commonpath([root, full]) == root:
+    return os.path.relpath(full, root)
+  return os.path.basename(os.path.normpath(full))
+
+
 # ----------------------------------------------------------------------- parameters
 
 

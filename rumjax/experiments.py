@@ -17,11 +17,18 @@ Evaluation during training is the config's evaluators (``config.evals``). Re-run
 the same workdir resumes (the loop restores the latest checkpoint); a model whose
 ``result.json`` says it finished with the same config is not run again (:func:`finished`).
 
+Several seeds (``Options.seeds``, e.g. ``(0, 1, 2)``): every model is trained once per
+seed, each seed in its own workdir ``<model>/seed<k>/`` (resumed and skipped like a single
+run), and the experiment reports per model the mean and the sample standard deviation over
+the seeds of every metric (:func:`aggregate_records`; the table shows ``mean ± std`` and
+``n``; the figures draw one curve per seed). One seed keeps the single-run layout.
+
 An experiment's folder ``<workdir>/<experiment>/`` holds
 
 * ``<model>/``: the loop's workdir (checkpoints, ``metrics.jsonl``, ``config.json``),
   ``result.json`` (:func:`run_model`), ``params.npz``, and for a RUM ``cos_theta.jsonl``,
   ``kernel_tau.png`` and ``cos_theta.png`` (:func:`rumjax.plotting.plot_rum_model`);
+  with several seeds, all of this in ``<model>/seed<k>/`` per seed;
 * ``results.json`` (:func:`experiment_summary`), ``results.md``
   (:func:`results_markdown`) and ``<experiment>.png`` (the experiment's ``plot``).
 
@@ -39,6 +46,7 @@ import json
 import numbers
 import os
 import platform
+import statistics
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -76,9 +84,33 @@ class Column:
     value = self.value(record)
     if value is None:
       return "-"
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if _is_number(value):
       return format(value, self.fmt)
     return str(value)
+
+  def cell_over_seeds(self, record: dict) -> str:
+    """The cell of an :func:`aggregate_records` record: ``mean ± std`` of the column's
+    value in each seed's record when they are all numbers (the paper's numbers, the same
+    for every seed, show once); else :meth:`cell` of the aggregate."""
+    runs = record.get("runs")
+    if runs and not getattr(self.value, "per_model", False):
+      values = [self.value(dict(r, paper=record.get("paper"))) for r in runs.values()]
+      if len(values) > 1 and all(_is_number(v) for v in values):
+        mean, std = mean_std(values)
+        return f"{format(mean, self.fmt)} ± {format(std, self.fmt)}"
+    return self.cell(record)
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:
+  """The mean and the sample standard deviation (``n - 1`` in the denominator; ``None``
+  for one value) of ``values``."""
+  values = [float(v) for v in values]
+  return (statistics.fmean(values),
+          statistics.stdev(values) if len(values) > 1 else None)
 
 
 def metric(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
@@ -89,9 +121,26 @@ def metric(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
   return value
 
 
+def at_best(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
+  """A :class:`Column` value: metric ``name`` at the checkpoint early stopping kept (e.g.
+  ``"test_accuracy"``: test at best dev; :func:`final_at_best`, else the best
+  evaluation's ``best_metrics``) times ``scale``."""
+  def value(record):
+    for field in ("at_best_metrics", "best_metrics"):
+      v = (record.get(field) or {}).get(name)
+      if v is not None:
+        return scale * v
+    return None
+  return value
+
+
 def paper(field: str) -> Callable[[dict], Any]:
-  """A :class:`Column` value: the paper's ``field`` for the record's model."""
-  return lambda record: (record.get("paper") or {}).get(field)
+  """A :class:`Column` value: the paper's ``field`` for the record's model (one value per
+  model, not averaged over seeds)."""
+  def value(record):
+    return (record.get("paper") or {}).get(field)
+  value.per_model = True
+  return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +191,9 @@ class Options:
     sets: ``{dotted field: value}`` for every model, applied after the model's own.
     tiny: apply the experiment's ``tiny`` overrides.
     seed: ``config.seed``.
+    seeds: several seeds (``config.seed`` of each run; instead of ``seed``): each model
+      is trained once per seed in ``<model>/seed<k>/`` and reported as mean ± std. One
+      seed is the same as ``seed``.
   """
   steps: Optional[int] = None
   budget_minutes: Optional[float] = None
@@ -152,6 +204,7 @@ class Options:
   sets: dict = dataclasses.field(default_factory=dict)
   tiny: bool = False
   seed: Optional[int] = None
+  seeds: Optional[Sequence[int]] = None
 
 
 def check_options(options: Options) -> None:
@@ -163,6 +216,33 @@ def check_options(options: Options) -> None:
       raise ValueError(f"{name}={value} must be >= {low}.")
   if options.budget_minutes is not None and not options.budget_minutes > 0:
     raise ValueError(f"budget_minutes={options.budget_minutes} must be > 0 (or unset).")
+  if options.seeds is not None:
+    seeds = list(options.seeds)
+    if options.seed is not None:
+      raise ValueError(f"seed={options.seed} and seeds={seeds} are both set; give one "
+                       "(seeds=[k] is seed=k).")
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+      raise ValueError(f"seeds={seeds} must be one or more integers, e.g. 0,1,2.")
+    if len(set(seeds)) != len(seeds):
+      raise ValueError(f"seeds={seeds} repeats a seed; give each seed once.")
+
+
+def run_seeds(options: Options) -> list[Optional[int]]:
+  """The seeds to run: ``options.seeds``, else ``[options.seed]`` (``None``: the
+  config's)."""
+  return list(options.seeds) if options.seeds else [options.seed]
+
+
+def multi_seed(options: Options) -> bool:
+  """Whether ``options`` asks for several seeds (the ``<model>/seed<k>/`` layout)."""
+  return len(run_seeds(options)) > 1
+
+
+def seed_dir(exp_dir: str, key: str, seed: Optional[int] = None) -> str:
+  """The workdir of model ``key``: ``<exp_dir>/<key>``, or ``<exp_dir>/<key>/seed<seed>``
+  for one seed of several."""
+  model_dir = os.path.join(exp_dir, key)
+  return model_dir if seed is None else os.path.join(model_dir, f"seed{seed}")
 
 
 def parse_overrides(items: Sequence[str]) -> dict:
@@ -432,15 +512,30 @@ def train_with_early_stopping(config, workdir: str, task, *, metric: str = "eval
 # ---------------------------------------------------------------------- experiments
 
 
+def final_at_best(config, workdir: str, task) -> Optional[dict]:
+  """The final-only evaluators of ``config.evals`` (``every`` 0, e.g. a test set) on the
+  checkpoint that early stopping kept in ``<workdir>/best``: "test at best dev". ``None``
+  without ``config.early_stopping_metric``, a best checkpoint or such evaluators."""
+  best = os.path.join(workdir, "best")
+  names = [k for k, e in config.evals.items()
+           if not e.get("every") and e.get("at_end", True)]
+  if not config.get("early_stopping_metric") or not os.path.isdir(best) or not names:
+    return None
+  return summary_metrics(training.evaluate_checkpoint(config, best, task, names=names))
+
+
 def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
-                           options: Options) -> dict:
-  """Model ``key`` of ``exp`` in ``<exp_dir>/<key>``: one loop invocation with the
-  ``cos(theta)`` recorder every ``eval_every`` steps and the wall-clock budget, then the
-  RUM's figures. A model that had finished with the same config is not run again."""
-  model_dir = os.path.join(exp_dir, key)
+                           options: Options, seed: Optional[int] = None) -> dict:
+  """Model ``key`` of ``exp`` in ``<exp_dir>/<key>`` (``<exp_dir>/<key>/seed<seed>`` when
+  ``seed`` is given: one seed of several): one loop invocation with the ``cos(theta)``
+  recorder every ``eval_every`` steps and the wall-clock budget, then, with early
+  stopping, the final-only evaluators on the best checkpoint (``at_best_metrics``,
+  :func:`final_at_best`) and the RUM's figures. A model that had finished with the same
+  config is not run again."""
+  model_dir = seed_dir(exp_dir, key, seed)
   done = finished(config, model_dir)
   if done is not None:
-    logging.info("%s/%s: finished at step %d already.", exp.name, key, done["steps"])
+    logging.info("%s: finished at step %d already.", model_dir, done["steps"])
     return done
   label = exp.models[key][0]
   every = config.eval_every or config.num_steps
@@ -449,8 +544,14 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
     hooks.append(training.TimeBudget(60 * options.budget_minutes))
   logging.info("%s: training %s (%s) in %s", exp.name, key, label, model_dir)
   record = run_model(config, model_dir, exp.task, hooks=hooks,
-                     info={"model": key, "label": label, "tiny": options.tiny},
+                     info={"model": key, "label": label, "tiny": options.tiny,
+                           "seed": config.get("seed")},
                      invocation={"budget_minutes": options.budget_minutes})
+  if record["status"] not in ("preempted", "diverged"):
+    metrics = final_at_best(config, model_dir, exp.task)
+    if metrics is not None:
+      record["at_best_metrics"] = metrics
+      utils.write_json(os.path.join(model_dir, RESULT_FILE), record)
   if record["status"] != "preempted" and plotting.is_rum_model_dir(model_dir):
     try:
       plotting.plot_rum_model(model_dir, title=label, task=exp.task)
@@ -463,8 +564,9 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
                    options: Optional[Options] = None,
                    log: Callable[[str], None] = print) -> dict:
   """Trains the models ``keys`` (default: all) of ``exp`` under ``<workdir>/<exp.name>``
-  one after the other, rewriting the experiment's results after each; stops after a
-  preempted model. Every config is built and checked before anything trains.
+  one after the other (each over ``options.seeds``, one seed after the other), rewriting
+  the experiment's results after each run; stops after a preempted run. Every config is
+  built and checked before anything trains.
 
   Returns:
     The ``results.json`` content (:func:`experiment_summary`).
@@ -474,67 +576,139 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   """
   options = options or Options()
   check_options(options)
-  cfgs = {key: model_config(exp, key, options) for key in select_models(exp, keys)}
+  seeds = run_seeds(options) if multi_seed(options) else None
+  runs = [(key, seed, model_config(exp, key, dataclasses.replace(options, seed=seed,
+                                                                 seeds=None)))
+          for key in select_models(exp, keys) for seed in run_seeds(options)]
   exp_dir = os.path.join(workdir, exp.name)
-  for key, config in cfgs.items():
-    record = train_experiment_model(exp, key, config, exp_dir, options)
-    finish_experiment(exp, exp_dir)
-    log(json.dumps({"experiment": exp.name, "model": key, "steps": record["steps"],
+  for key, seed, config in runs:
+    seed = seed if seeds else None   # one seed: the single-run layout
+    record = train_experiment_model(exp, key, config, exp_dir, options, seed)
+    finish_experiment(exp, exp_dir, seeds)
+    log(json.dumps({"experiment": exp.name, "model": key,
+                    **({} if seed is None else {"seed": seed}), "steps": record["steps"],
                     "status": record["status"],
                     "wall_sec": record["invocations"][-1]["wall_sec"],
                     **{k: v for k, v in record["metrics"].items() if k.startswith("test_")}}))
     if record["status"] == "preempted":
       break
-  return finish_experiment(exp, exp_dir)
+  return finish_experiment(exp, exp_dir, seeds)
 
 
-def experiment_summary(exp: Experiment, exp_dir: str) -> dict:
+def aggregate_records(records: Sequence[dict]) -> dict:
+  """One model's :func:`run_model` records over seeds (in seed order) as one record:
+  ``model``, ``label``, ``tiny``, ``config`` and ``num_params`` of the first seed;
+  ``seeds``, ``n``; ``steps`` (the common step count, or the list when they differ),
+  ``target_steps``; ``status`` (the common one, else the seeds' joined by ``/``) and
+  ``statuses``; ``metrics`` and ``metrics_std``: per metric that every seed has, the mean
+  and the sample standard deviation (``n - 1``; ``None`` for ``n = 1``), the same for
+  ``best_metrics`` and ``at_best_metrics`` when every seed has them; the wall and CPU
+  time summed over the seeds; ``runs``: ``{seed: record}``."""
+  first = records[0]
+  stats = {field: _field_stats(records, field)
+           for field in ("metrics", "best_metrics", "at_best_metrics")
+           if all(r.get(field) is not None for r in records)}
+  steps = [r["steps"] for r in records]
+  statuses = [r["status"] for r in records]
+  return {
+      "model": first.get("model"), "label": first.get("label"), "tiny": first.get("tiny"),
+      "seeds": [r["config"].get("seed") for r in records], "n": len(records),
+      "config": first["config"], "num_params": first["num_params"],
+      "steps": steps[0] if len(set(steps)) == 1 else steps,
+      "target_steps": first["target_steps"],
+      "status": statuses[0] if len(set(statuses)) == 1 else "/".join(statuses),
+      "statuses": statuses,
+      **{field: {k: m for k, (m, _) in st.items()} for field, st in stats.items()},
+      **{f"{field}_std": {k: s for k, (_, s) in st.items()} for field, st in stats.items()},
+      "wall_sec_total": round(sum(r["wall_sec_total"] for r in records), 1),
+      "cpu_sec_total": round(sum(r["cpu_sec_total"] for r in records), 1),
+      "runs": {str(r["config"].get("seed")): r for r in records},
+  }
+
+
+def _field_stats(records: Sequence[dict], field: str) -> dict:
+  """``{metric: (mean, std)}`` of ``record[field]`` over ``records`` (the metrics that
+  every record has)."""
+  names = [k for k in records[0][field] if all(k in r[field] for r in records)]
+  return {k: mean_std([r[field][k] for r in records]) for k in names}
+
+
+def experiment_summary(exp: Experiment, exp_dir: str,
+                       seeds: Optional[Sequence[int]] = None) -> dict:
   """``results.json``: the experiment, the hardware, and per model (in the experiment's
   order, those with a ``result.json``) its record with the paper's numbers as
-  ``"paper"``."""
+  ``"paper"``. With ``seeds`` (several): the records of ``<key>/seed<k>/`` that exist,
+  as one :func:`aggregate_records` record per model, and ``"seeds"``."""
   models = {}
   for key in exp.models:
-    record = utils.read_json(os.path.join(exp_dir, key, RESULT_FILE))
+    if seeds:
+      found = [utils.read_json(os.path.join(seed_dir(exp_dir, key, s), RESULT_FILE))
+               for s in seeds]
+      found = [r for r in found if r is not None]
+      record = aggregate_records(found) if found else None
+    else:
+      record = utils.read_json(os.path.join(exp_dir, key, RESULT_FILE))
     if record is not None:
       models[key] = dict(record, paper=exp.paper.get(key))
-  return {"experiment": exp.name, "task": exp.task.NAME, "variant": exp.variant,
-          "paper_source": exp.paper_source, "hardware": hardware_info(), "models": models}
+  summary = {"experiment": exp.name, "task": exp.task.NAME, "variant": exp.variant,
+             "paper_source": exp.paper_source, "hardware": hardware_info(),
+             "models": models}
+  if seeds:
+    summary["seeds"] = list(seeds)
+  return summary
 
 
 def results_markdown(exp: Experiment, summary: dict) -> str:
   """The experiment's Markdown table: model, params, steps, wall time, the experiment's
-  columns and the status, under the hardware and the experiment's notes."""
+  columns and the status, under the hardware and the experiment's notes. With several
+  seeds: ``mean ± std`` (sample std) over the seeds, a column ``n`` (the seeds run so
+  far), and steps and wall time per seed (the wall time's mean)."""
   hw = summary["hardware"]
+  seeds = summary.get("seeds")
   lines = [f"### {summary['experiment']}", "",
            f"Hardware: {hw['platform']} ({hw['cpu_model']}, {hw['cpu_count']} CPUs), "
            f"jax {hw['jax_version']}.", ""]
+  if seeds:
+    lines += [f"Seeds {', '.join(map(str, seeds))}: mean ± sample standard deviation "
+              "(n - 1) over the n seeds run; steps and wall time per seed.", ""]
   if exp.notes is not None and summary["models"]:
     lines += [*exp.notes(summary), ""]
-  header = ["model", "params", "steps", "wall (min)", *(c.header for c in exp.columns),
-            "status"]
+  header = ["model", "params", "steps", "wall (min)", *(["n"] if seeds else []),
+            *(c.header for c in exp.columns), "status"]
   lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for r in summary["models"].values():
-    cells = [r["label"], str(r["num_params"]), str(r["steps"]),
-             f"{r['wall_sec_total'] / 60:.1f}", *(c.cell(r) for c in exp.columns),
+    steps = r["steps"]
+    n = r.get("n", 1)
+    cells = [r["label"], str(r["num_params"]),
+             "/".join(map(str, steps)) if isinstance(steps, list) else str(steps),
+             f"{r['wall_sec_total'] / 60 / n:.1f}", *([str(n)] if seeds else []),
+             *(c.cell_over_seeds(r) if seeds else c.cell(r) for c in exp.columns),
              r["status"]]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def metric_curves(exp_dir: str, summary: dict, names: Sequence[str]) -> dict:
-  """``{label: {name: (steps, values)}}`` of the models' ``metrics.jsonl``."""
+  """``{label: {name: (steps, values)}}`` of the models' ``metrics.jsonl``; with several
+  seeds one curve per seed, labelled ``"<label> s<seed>"``."""
   out = {}
   for key, r in summary["models"].items():
-    records = utils.read_jsonl(os.path.join(exp_dir, key, "metrics.jsonl"))
-    out[r["label"]] = {name: analysis.metric_curve(records, name) for name in names}
+    if "runs" in r:
+      dirs = {f"{r['label']} s{s}": seed_dir(exp_dir, key, s) for s in r["runs"]}
+    else:
+      dirs = {r["label"]: os.path.join(exp_dir, key)}
+    for label, path in dirs.items():
+      records = utils.read_jsonl(os.path.join(path, "metrics.jsonl"))
+      out[label] = {name: analysis.metric_curve(records, name) for name in names}
   return out
 
 
-def finish_experiment(exp: Experiment, exp_dir: str) -> dict:
-  """Writes ``results.json``, ``results.md`` and the experiment's plot; returns the
-  summary."""
+def finish_experiment(exp: Experiment, exp_dir: str,
+                      seeds: Optional[Sequence[int]] = None) -> dict:
+  """Writes ``results.json``, ``results.md`` and the experiment's plot (``seeds``: as in
+  :func:`experiment_summary`); returns the summary."""
   os.makedirs(exp_dir, exist_ok=True)
-  summary = experiment_summary(exp, exp_dir)
+  summary = experiment_summary(exp, exp_dir, seeds)
   utils.write_json(os.path.join(exp_dir, "results.json"), summary)
   with open(os.path.join(exp_dir, "results.md"), "w") as f:
     f.write(results_markdown(exp, summary))

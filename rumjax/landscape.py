@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import configs
+from rumjax import analysis, configs
 from rumjax.training import checkpoint as checkpoint_lib
 
 CELLS = ("rum", "goru")
@@ -370,8 +370,9 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
     batch_size: see :func:`losses_at`.
 
   Returns:
-    A JSON-able dict: ``workdir``, ``step``, ``cell``, ``label``, ``varied`` (the blocks),
-    ``num_varied``, ``loss_at_params``, ``alphas`` / ``line`` / ``local_minima_1d``,
+    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.recorded_path`: no machine
+    path), ``step``, ``cell``, ``label``, ``varied`` (the blocks), ``num_varied``,
+    ``loss_at_params``, ``alphas`` / ``line`` / ``local_minima_1d``,
     ``grid_alphas`` / ``grid_betas`` / ``plane`` (``[i][j]`` at ``(alpha_i, beta_j)``) /
     ``local_minima_2d``, ``seconds``.
   """
@@ -392,7 +393,8 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
   line = loss_along_line(loss_fn, params, d1, alphas, batch_size=batch_size)
   plane = loss_on_plane(loss_fn, params, d1, d2, axis, axis, batch_size=batch_size)
   return {
-      "workdir": workdir, "step": step, "cell": run_cell, "label": model_label(config),
+      "workdir": analysis.recorded_path(workdir), "step": step, "cell": run_cell,
+      "label": model_label(config),
       "task": config.task, "variant": config.get("variant"),
       "varied": [b.describe() for b in blocks], "num_varied": num_selected(mask),
       "loss_at_params": float(jax.jit(loss_fn)(params)),

@@ -213,6 +213,29 @@ def save_recall(labels, ours, paper, loss_curves, path: str, title: str = "",
 # ------------------------------------------------------------------ RUM workdirs
 
 
+def save_orthogonality_drift(result: Mapping[str, Any], path: str) -> str:
+  """``max|R_t^T R_t - 1|`` against ``T`` (log-log), one line per precision variant.
+
+  ``result`` as returned by :func:`rumjax.benchmarks.orthogonality.run_drift`
+  (``ts``, ``errors``, ``labels``, ``settings``). Issue 26's picture.
+  """
+  fig, axes = _figure(6.4, 4.2)
+  ax = axes[0, 0]
+  for variant, errors in result["errors"].items():
+    ax.plot(result["ts"], errors, marker="o", lw=1.2,
+            label=result.get("labels", {}).get(variant, variant))
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("sequence length T")
+  ax.set_ylabel(r"$\max |R_T^\top R_T - I|$")
+  st = result.get("settings", {})
+  ax.set_title(f"RUM memory orthogonality (lam=1, eta={st.get('eta')}, "
+               f"Nh={st.get('nh')}, batch={st.get('batch')})", fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7)
+  return _save(fig, path)
+
+
 def load_json(path: str) -> Optional[dict]:
   """The JSON object in ``path``, or ``None`` if the file does not exist."""
   if not os.path.exists(path):

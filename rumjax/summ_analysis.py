@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import configs, utils
+from rumjax import analysis, configs, utils
 from rumjax.training import checkpoint as checkpoint_lib
 
 MODEL = "pointer_generator"
@@ -259,8 +259,9 @@ def figure6_of_run(workdir: str, get_task: Callable[[str], Any], *, batch_index:
     step: the checkpoint for (c, d) (default: the latest).
 
   Returns:
-    A JSON-able dict: ``workdir``, ``task``, ``variant``, ``label``, ``encoder_cell``,
-    ``decoder_cell``, ``step``, ``split``, ``batch_index``, ``batch_rows`` (real rows),
+    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.recorded_path`: no machine
+    path), ``task``, ``variant``, ``label``, ``encoder_cell``, ``decoder_cell``,
+    ``step``, ``split``, ``batch_index``, ``batch_rows`` (real rows),
     ``article_lengths`` / ``target_lengths`` (of the real rows), ``loss`` (at the batch),
     ``curves`` (:func:`training_curves`: ``step``, ``grad_norm``, ``state_norm``; NaN as
     None) and ``gradients`` (:func:`output_gradients`: ``encoder``, ``decoder``),
@@ -274,7 +275,8 @@ def figure6_of_run(workdir: str, get_task: Callable[[str], Any], *, batch_index:
   rows = np.asarray(batch.get("mask", np.ones(len(batch["targets"]))), np.float64) > 0
   curves = training_curves(utils.read_jsonl(os.path.join(workdir, "metrics.jsonl")))
   return {
-      "workdir": workdir, "task": config.task, "variant": config.get("variant"),
+      "workdir": analysis.recorded_path(workdir), "task": config.task,
+      "variant": config.get("variant"),
       "label": run_label(config), "encoder_cell": config.model.encoder_cell,
       "decoder_cell": config.model.decoder_cell, "step": at, "split": split,
       "batch_index": batch_index, "batch_rows": int(rows.sum()),

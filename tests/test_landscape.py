@@ -241,6 +241,7 @@ def test_launch_writes_figures_and_json(workdirs, tmp_path, capsys):
   for cell in ("rum", "goru"):
     r = saved[cell]
     assert r["cell"] == cell and r["step"] == 3
+    assert r["workdir"] == os.path.basename(workdirs[cell])   # no machine path
     assert len(r["line"]) == 5 and np.shape(r["plane"]) == (3, 3)
     assert r["local_minima_1d"] == results[cell]["local_minima_1d"]
     np.testing.assert_allclose(r["line"][2], r["loss_at_params"], rtol=1e-5)

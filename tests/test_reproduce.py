@@ -206,7 +206,8 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
 
 def test_configs_of_the_paper():
   assert sorted(EXPERIMENTS) == ["copying_T1000", "copying_T200", "copying_T500",
-                                 "recall_T30", "recall_T50"]
+                                 "recall_T30", "recall_T50", "sst_binary", "sst_fine",
+                                 "summ_synthetic"]
   copying = EXPERIMENTS["copying_T500"]
   assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
                                   "eurnn", "goru"]
@@ -252,3 +253,170 @@ def test_command_lines(runs, tmp_path):
        f"--workdir={tmp_path}", "--models=rum_lam9"], cwd=REPO, env=env,
       capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "unknown model(s) ['rum_lam9']" in proc.stderr
+
+
+# ------------------------------------------------------------------------- seeds
+
+
+def test_seeds_mean_std_and_resume(tmp_path):
+  """``Options.seeds``: every model once per seed in ``<model>/seed<k>/``; the summary and
+  the table give mean ± sample std over the seeds; re-running trains nothing. (Two seeds
+  keep the test short; :func:`test_seed_options_and_aggregation` checks the statistics.)"""
+  root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
+  options = experiments.Options(tiny=True, steps=2, eval_every=2, log_every=1,
+                                seeds=(3, 0))
+  lines = []
+  summary = experiments.run_experiment(exp, root, ["gru"], options, log=lines.append)
+  assert summary["seeds"] == [3, 0] and list(summary["models"]) == ["gru"]
+  r = summary["models"]["gru"]
+  assert (r["seeds"], r["n"], r["steps"], r["status"]) == ([3, 0], 2, 2, "ok")
+  assert r["paper"]["test_accuracy_pct"] == 21.5 and r["label"] == "GRU"
+  exp_dir = os.path.join(root, "recall_T30")
+  assert not os.path.exists(os.path.join(exp_dir, "gru", "result.json"))
+  runs = [r["runs"][str(s)] for s in (3, 0)]
+  for seed, run in zip((3, 0), runs):
+    assert run["config"]["seed"] == seed and run["seed"] == seed
+    on_disk = os.path.join(exp_dir, "gru", f"seed{seed}")
+    assert analysis.checkpoint_steps(on_disk) == [2]
+    with open(os.path.join(on_disk, "result.json")) as f:
+      assert json.load(f)["metrics"] == run["metrics"]
+  assert runs[0]["metrics"]["train_loss"] != runs[1]["metrics"]["train_loss"]
+  for name in ("train_loss", "test_loss", "test_accuracy"):
+    values = [run["metrics"][name] for run in runs]
+    assert r["metrics"][name] == pytest.approx(np.mean(values))
+    assert r["metrics_std"][name] == pytest.approx(np.std(values, ddof=1))
+  assert r["wall_sec_total"] == pytest.approx(sum(x["wall_sec_total"] for x in runs),
+                                              abs=0.2)
+  assert [(x["model"], x["seed"]) for x in map(json.loads, lines)] == [
+      ("gru", 3), ("gru", 0)]
+  with open(os.path.join(exp_dir, "results.md")) as f:
+    table = f.read()
+  acc = 100 * np.array([run["metrics"]["test_accuracy"] for run in runs])
+  assert "Seeds 3, 0: mean ± sample standard deviation" in table
+  assert "| model | params | steps | wall (min) | n |" in table
+  row = next(line for line in table.splitlines() if line.startswith("| GRU |"))
+  assert f"| 2 | {r['wall_sec_total'] / 120:.1f} | 2 |" in row
+  assert f"| {acc.mean():.1f} ± {acc.std(ddof=1):.1f} | 21.5 | ok |" in row
+  with open(os.path.join(exp_dir, "results.json")) as f:
+    assert json.load(f)["models"]["gru"]["metrics_std"] == r["metrics_std"]
+  _assert_png(os.path.join(exp_dir, "recall_T30.png"))
+  curves = experiments.metric_curves(exp_dir, summary, ("train_loss",))
+  assert list(curves) == ["GRU s3", "GRU s0"]
+  # Re-running the same command trains nothing; a subset of the seeds reports n = 1.
+  before = {s: _lines(os.path.join(exp_dir, "gru", f"seed{s}", "metrics.jsonl"))
+            for s in (3, 0)}
+  again = experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
+  assert again["models"]["gru"]["runs"] == r["runs"]
+  for s in (3, 0):
+    assert _lines(os.path.join(exp_dir, "gru", f"seed{s}", "metrics.jsonl")) == before[s]
+  summary = experiments.experiment_summary(exp, exp_dir, seeds=[0, 7])
+  assert summary["models"]["gru"]["n"] == 1
+  assert summary["models"]["gru"]["metrics_std"]["test_loss"] is None
+
+
+def test_one_seed_keeps_the_single_run_layout(tmp_path):
+  root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
+  options = experiments.Options(tiny=True, steps=1, eval_every=1, log_every=1, seeds=[5])
+  summary = experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
+  r = summary["models"]["gru"]
+  assert "seeds" not in summary and "runs" not in r and "metrics_std" not in r
+  assert r["config"]["seed"] == 5 and r["seed"] == 5 and r["steps"] == 1
+  assert os.path.exists(os.path.join(root, "recall_T30", "gru", "result.json"))
+  assert not os.path.exists(os.path.join(root, "recall_T30", "gru", "seed5"))
+  with open(os.path.join(root, "recall_T30", "results.md")) as f:
+    table = f.read()
+  assert "| model | params | steps | wall (min) | params (paper) |" in table
+  assert "±" not in table
+
+
+def test_seed_options_and_aggregation():
+  assert experiments.run_seeds(experiments.Options()) == [None]
+  assert experiments.run_seeds(experiments.Options(seed=4)) == [4]
+  assert experiments.run_seeds(experiments.Options(seeds=[3, 1])) == [3, 1]
+  assert not experiments.multi_seed(experiments.Options(seeds=[3]))
+  for bad, match in (({"seeds": []}, "one or more integers"),
+                     ({"seeds": [0, "1"]}, "one or more integers"),
+                     ({"seeds": [0, 0]}, "repeats a seed"),
+                     ({"seeds": [0, 1], "seed": 2}, "both set")):
+    with pytest.raises(ValueError, match=match):
+      experiments.check_options(experiments.Options(**bad))
+  mean, std = experiments.mean_std([1.0, 2.0, 6.0])
+  assert (mean, std) == (3.0, pytest.approx(np.sqrt(7.0)))   # sample std: sum sq 14 / 2
+  assert experiments.mean_std([2.5]) == (2.5, None)
+  records = [{"model": "m", "label": "M", "config": {"seed": s}, "num_params": 7,
+              "steps": steps, "target_steps": 9, "status": status,
+              "metrics": {"test_accuracy": acc, **extra}, "wall_sec_total": 60.0,
+              "cpu_sec_total": 30.0, "at_best_metrics": {"test_accuracy": acc + 0.1},
+              **({"best_metrics": {"eval_accuracy": 0.4}} if s else {})}
+             for s, steps, status, acc, extra in ((0, 9, "ok", 0.5, {"x": 1.0}),
+                                                  (1, 4, "budget", 0.7, {}))]
+  agg = experiments.aggregate_records(records)
+  assert (agg["seeds"], agg["n"], agg["steps"], agg["status"]) == (
+      [0, 1], 2, [9, 4], "ok/budget")
+  assert agg["metrics"] == {"test_accuracy": pytest.approx(0.6)}   # x: not in every seed
+  assert agg["metrics_std"]["test_accuracy"] == pytest.approx(np.std([0.5, 0.7], ddof=1))
+  assert (agg["wall_sec_total"], agg["runs"]["1"]) == (120.0, records[1])
+  assert agg["at_best_metrics"] == {"test_accuracy": pytest.approx(0.7)}
+  assert agg["at_best_metrics_std"]["test_accuracy"] == pytest.approx(
+      agg["metrics_std"]["test_accuracy"])
+  assert "best_metrics" not in agg                    # not in every seed's record
+  at_best = experiments.Column("acc", experiments.at_best("test_accuracy", 100.0))
+  assert at_best.cell_over_seeds(agg) == f"70.0 ± {100 * np.std([0.5, 0.7], ddof=1):.1f}"
+  agg["paper"] = {"acc": 40.0}
+  acc = experiments.Column("acc", experiments.metric("test_accuracy", 100.0))
+  assert acc.cell_over_seeds(agg) == f"60.0 ± {100 * np.std([0.5, 0.7], ddof=1):.1f}"
+  paper_column = experiments.Column("paper", experiments.paper("acc"))
+  assert paper_column.cell_over_seeds(agg) == "40.0"
+  from launch import reproduce
+  assert reproduce.parse_seeds(["0", "1", "2"]) == [0, 1, 2]
+  assert reproduce.parse_seeds(None) is None
+  with pytest.raises(ValueError, match=r"--seeds=0,a must be comma-separated integers"):
+    reproduce.parse_seeds(["0", "a"])
+
+
+def test_sst_tests_at_the_best_dev_checkpoint(tmp_path):
+  """An experiment with early stopping (SST): the final-only evaluator (test) also runs on
+  the best dev checkpoint (``at_best_metrics``), shown as "test at best dev"."""
+  from tests.test_task_sst import write_trees
+  exp = EXPERIMENTS["sst_binary"]
+  sets = {"manual_dir": write_trees(tmp_path / "manual"),
+          "data_dir": str(tmp_path / "tfds"), "batch_size": 2, "eval_batch_size": 2}
+  options = experiments.Options(tiny=True, steps=4, eval_every=2, log_every=1, sets=sets)
+  summary = experiments.run_experiment(exp, str(tmp_path / "w"), ["lstm"], options,
+                                       log=lambda _: None)
+  r = summary["models"]["lstm"]
+  assert r["config"]["early_stopping_metric"] == "eval_accuracy" and r["steps"] == 4
+  assert r["best_step"] in (2, 4) and set(r["at_best_metrics"]) >= {"test_accuracy"}
+  at_best = experiments.final_at_best(
+      experiments.model_config(exp, "lstm", options),
+      os.path.join(str(tmp_path / "w"), "sst_binary", "lstm"), exp.task)
+  assert at_best == r["at_best_metrics"]
+  with open(os.path.join(str(tmp_path / "w"), "sst_binary", "results.md")) as f:
+    row = next(line for line in f.read().splitlines() if line.startswith("| LSTM 168 |"))
+  acc = 100 * r["at_best_metrics"]["test_accuracy"]
+  assert f"| {acc:.1f} | {100 * r['metrics']['test_accuracy']:.1f} | 84.9 | ok |" in row
+  cfg = {k: experiments.model_config(EXPERIMENTS["sst_fine"], k) for k in ("lstm", "lstmn")}
+  assert cfg["lstm"].model.name == "lstm" and cfg["lstmn"].model.name == "lstmn"
+  assert all(c.model.hidden_size == 168 and c.early_stopping_patience > 10
+             and c.num_steps == 10 * c.eval_every for c in cfg.values())
+
+
+def test_summarization_configs():
+  """The four configurations differ only in their cells (equal steps and sizes); a tiny
+  run of them takes minutes (beam search), so only the configs are checked here."""
+  exp = EXPERIMENTS["summ_synthetic"]
+  cfg = {k: experiments.model_config(exp, k) for k in exp.models}
+  assert {k: (c.configuration, c.model.encoder_cell, c.model.decoder_cell)
+          for k, c in cfg.items()} == {"lead": ("lead", "lstm", "lstm"),
+                                       "encrum": ("encrum", "rum", "lstm"),
+                                       "decrum": ("decrum", "lstm", "rum"),
+                                       "allrum": ("allrum", "rum", "rum")}
+  plain = {k: c.to_dict() for k, c in cfg.items()}
+  for c in plain.values():
+    c.pop("configuration")
+    c["model"].pop("encoder_cell")
+    c["model"].pop("decoder_cell")
+  assert all(c == plain["lead"] for c in plain.values())
+  assert cfg["decrum"].loss_normalization == "example"
+  assert cfg["decrum"].evals.test.type == "rouge"
+  assert exp.paper["decrum"]["rouge"].startswith("37.07 / 16.17 / 34.07")

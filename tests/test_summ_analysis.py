@@ -276,6 +276,7 @@ def test_launch_writes_figure_and_json(workdir, tmp_path, capsys):
   assert saved["settings"] == {"batch_index": BATCH_INDEX, "split": "dev"}
   r = saved["runs"]["LEAD"]
   assert r["step"] == 3 and r["batch_rows"] == 3 and r["decoder_cell"] == "lstm"
+  assert r["workdir"] == os.path.basename(workdir)   # no machine path (tmp is outside cwd)
   records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   assert r["curves"] == {"step": [1, 2, 3],
                          "grad_norm": [x["train_grad_norm"] for x in records],
