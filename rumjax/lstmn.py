@@ -155,16 +155,25 @@ def check_memory_span(memory_span) -> Optional[int]:
 # ------------------------------------------------------------- the building blocks
 
 
+def at_least_float32(*arrays) -> Any:
+  """The dtype of ``arrays`` promoted to float32 or wider: where the precision policy
+  keeps a reduction (attention scores, softmax) out of bfloat16, float64 stays float64."""
+  return jnp.promote_types(jnp.result_type(*arrays), jnp.float32)
+
+
 def masked_softmax(scores: Array, valid: Array) -> Array:
   """``softmax(scores)`` over the entries where ``valid``; the others get weight 0.
 
   Invalid entries are set to ``-inf`` before the softmax (exactly zero weight, zero
-  gradient). A row without any valid entry gets all-zero weights (not NaN).
+  gradient). A row without any valid entry gets all-zero weights (not NaN). Computed and
+  returned in float32 or wider (:func:`at_least_float32`) whatever the dtype of
+  ``scores``: under the precision policy a softmax is never bfloat16.
 
   Args:
     scores: <float>[..., M].
     valid: <bool>[..., M] (broadcastable).
   """
+  scores = jnp.asarray(scores, at_least_float32(scores))
   scores = jnp.where(valid, scores, -jnp.inf)
   top = jnp.max(scores, axis=-1, keepdims=True)
   top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
@@ -186,10 +195,12 @@ def attention_weights(keys_proj: Array, query_proj: Array, v: Array, valid: Arra
     valid: <bool>[B, M] the positions that may be attended to.
 
   Returns:
-    ``s`` <float>[B, M], summing to 1 over the valid positions.
+    ``s`` <float>[B, M], summing to 1 over the valid positions, in the dtype of
+    ``keys_proj`` (the scores and the softmax are computed in float32 whatever it is).
   """
-  scores = jnp.einsum("bma,a->bm", jnp.tanh(keys_proj + query_proj[:, None, :]), v)
-  return masked_softmax(scores, valid)
+  scores = jnp.einsum("bma,a->bm", jnp.tanh(keys_proj + query_proj[:, None, :]), v,
+                      preferred_element_type=at_least_float32(keys_proj, v))
+  return masked_softmax(scores, valid).astype(jnp.result_type(keys_proj))
 
 
 def summarize(weights: Array, tape: Array) -> Array:

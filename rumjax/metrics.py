@@ -2,7 +2,8 @@
 
 Metrics are ``(sum, count)`` pairs so that the loop can add them over batches and devices
 and report ``sum / count``; rows with ``mask`` 0 (padding of the last evaluation batch)
-count nowhere.
+count nowhere. Losses and metrics are float32 under any precision policy (the logits are
+cast first; :mod:`rumjax.models.precision`).
 """
 
 from typing import Any, Mapping
@@ -57,8 +58,9 @@ def multi_margin_loss(scores, labels, margin: float = 1.0):
       an unlabelled row) get 0.
 
   Returns:
-    <float>[...] the loss of each row.
+    <float>[...] the loss of each row, in float32 (or wider) whatever the scores' dtype.
   """
+  scores = jnp.asarray(scores, jnp.promote_types(jnp.result_type(scores), jnp.float32))
   num_classes = scores.shape[-1]
   gold = jax.nn.one_hot(labels, num_classes, dtype=scores.dtype)
   s_y = jnp.sum(scores * gold, axis=-1, keepdims=True)

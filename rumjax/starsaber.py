@@ -55,7 +55,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rumjax.lstmn import masked_softmax
+from rumjax.lstmn import at_least_float32, masked_softmax
 
 Array = jax.Array
 
@@ -169,8 +169,11 @@ def _attention(w: Array, h: Array, mask: Optional[Array]) -> tuple[Array, Array]
   else:
     valid = jnp.asarray(mask).astype(bool)
     keys = jnp.where(valid[..., None], h, jnp.zeros((), h.dtype))
-  scores = jnp.einsum("bnd,bid->bni", h @ w, keys) / math.sqrt(d)
-  return masked_softmax(scores, valid[:, None, :]), keys
+  # The scores and the softmax in float32 (or wider), the weights in h's dtype: the
+  # precision policy (rumjax.models.precision).
+  acc = at_least_float32(h, w)
+  scores = jnp.einsum("bnd,bid->bni", h @ w, keys, preferred_element_type=acc) / math.sqrt(d)
+  return masked_softmax(scores, valid[:, None, :]).astype(jnp.result_type(h, w)), keys
 
 
 def _attention_vector(params: dict, h: Array, mask: Optional[Array],

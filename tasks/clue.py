@@ -96,6 +96,7 @@ def default_config(task: str, variant: Optional[str] = None) -> ml_collections.C
   c.model = ml_collections.ConfigDict(dict(
       name="starsaber", num_layers=4, hidden_size=256, embed_dim=256, num_heads=8,
       ffn_size=config_dict.placeholder(int), dropout_rate=0.1, freeze_embeddings=False))
+  common.add_precision(c.model)
   c.model.objective = c.get_ref("objective")  # one value: setting either sets both
   c.optimizer = "adam"
   c.learning_rate = 1e-3 if c.objective == "mlm" else 1e-4

@@ -14,6 +14,7 @@ from ml_collections import config_dict
 from rumjax import evaluators, models, registry
 from rumjax import rum as rum_lib
 from rumjax.cells import cell_names
+from rumjax.models import precision
 from rumjax.training import optim
 
 Batch = dict[str, np.ndarray]
@@ -81,7 +82,8 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   ``eta``, ``activation``, ``update_gate``, ``layer_norm``, ``zoneout``) are passed to
   the cells that have them. ``eta`` is a typed float placeholder: ``None`` switches time
   normalization off, ``--config.model.eta=1.0`` sets it. ``embed_dim`` ``None`` means
-  one-hot inputs. ``fields`` override the defaults (and may add the model's own fields).
+  one-hot inputs. ``dtype``/``param_dtype``: the precision policy (:func:`add_precision`).
+  ``fields`` override the defaults (and may add the model's own fields).
   """
   m = ml_collections.ConfigDict()
   m.name = name
@@ -94,8 +96,19 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   m.layer_norm = False
   m.zoneout = 0.0
   m.embed_dim = config_dict.placeholder(int)
+  add_precision(m)
   m.update(fields)
   return m
+
+
+def add_precision(model: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Adds the mixed-precision fields to a ``config.model`` (returned for chaining):
+  ``dtype`` the computation (``"float32"`` or ``"bfloat16"``, e.g.
+  ``--config.model.dtype=bfloat16``) and ``param_dtype`` the parameters (``"float32"``);
+  see :mod:`rumjax.models.precision` for what stays float32."""
+  model.dtype = "float32"
+  model.param_dtype = "float32"
+  return model
 
 
 def eval_entry(split: str, every, batches: int = 0, *, type: str = "loss",
@@ -140,6 +153,8 @@ def validate_common(config: Mapping[str, Any], splits=None) -> None:
                        "be 'max' or 'min'.")
     check_int(config, "early_stopping_patience", 1)
   evaluators.validate_evals(config["evals"], splits=splits)
+  if "model" in config:
+    precision.check_model_precision(config["model"])
 
 
 def validate_cell_model(model: Mapping[str, Any]) -> None:

@@ -69,6 +69,7 @@ def model_config(configuration: str, **fields) -> ml_collections.ConfigDict:
       name="pointer_generator", encoder_cell=encoder, decoder_cell=decoder, embed_dim=128,
       hidden_size=256, pointer=True, coverage=False, lam=0, eta=None, activation="relu",
       update_gate=True))
+  common.add_precision(m)
   m.update(fields)
   return m
 

@@ -17,9 +17,14 @@ checkpoints rely on)::
 Dropout (rate ``dropout_rate``) is applied to each sub-layer's output before the residual
 sum (Vaswani et al. §5.4 "residual dropout"); the attention weights themselves are not
 dropped.
+
+Precision (:mod:`rumjax.models.precision`): ``dtype`` is the computation dtype of every
+sub-layer (None: promote inputs and parameters), ``param_dtype`` the parameters'; the
+attention softmax is float32 (``force_fp32_for_softmax``) and the layer norms reduce in
+float32 (Flax's ``nn.LayerNorm``) whatever ``dtype`` is.
 """
 
-from typing import Optional
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -35,12 +40,15 @@ class FeedForward(nn.Module):
   """
   features: int
   ffn_size: int
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """<float>[..., d] -> <float>[..., features]."""
-    return nn.Dense(self.features, name="output")(
-        nn.relu(nn.Dense(self.ffn_size, name="hidden")(x)))
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                                     name=name)
+    return dense(self.features, "output")(nn.relu(dense(self.ffn_size, "hidden")(x)))
 
 
 def _attention_mask(mask: Optional[Array]) -> Optional[Array]:
@@ -57,6 +65,8 @@ class _EncoderLayer(nn.Module):
   num_heads: int = 8
   ffn_size: Optional[int] = None
   dropout_rate: float = 0.1
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   def _check(self, x: Array) -> None:
     if x.shape[-1] != self.features:
@@ -70,11 +80,18 @@ class _EncoderLayer(nn.Module):
     attention = nn.MultiHeadDotProductAttention(num_heads=self.num_heads,
                                                 qkv_features=self.features,
                                                 out_features=self.features,
+                                                dtype=self.dtype,
+                                                param_dtype=self.param_dtype,
+                                                force_fp32_for_softmax=True,
                                                 name="attention")
     return attention(x, mask=_attention_mask(mask))
 
   def _ffn(self, x: Array) -> Array:
-    return FeedForward(self.features, self.ffn_size or 4 * self.features, name="ffn")(x)
+    return FeedForward(self.features, self.ffn_size or 4 * self.features, dtype=self.dtype,
+                       param_dtype=self.param_dtype, name="ffn")(x)
+
+  def _norm(self, name: str) -> nn.Module:
+    return nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype, name=name)
 
 
 class TransformerLayer(_EncoderLayer):
@@ -89,6 +106,7 @@ class TransformerLayer(_EncoderLayer):
     ffn_size: the FFN's hidden width (None: ``4 * features``, the paper's "4 *
       Hidden-size").
     dropout_rate: residual dropout.
+    dtype, param_dtype: the precision policy (module docstring).
 
   Example::
 
@@ -102,8 +120,8 @@ class TransformerLayer(_EncoderLayer):
     """``x`` <float>[B, T, d], ``mask`` <bool>[B, T] -> <float>[B, T, d]."""
     self._check(x)
     drop = nn.Dropout(self.dropout_rate, deterministic=deterministic)
-    x = nn.LayerNorm(name="attention_norm")(x + drop(self._attend(x, mask)))
-    return nn.LayerNorm(name="ffn_norm")(x + drop(self._ffn(x)))
+    x = self._norm("attention_norm")(x + drop(self._attend(x, mask)))
+    return self._norm("ffn_norm")(x + drop(self._ffn(x)))
 
 
 class ReZeroLayer(_EncoderLayer):
@@ -123,7 +141,9 @@ class ReZeroLayer(_EncoderLayer):
                deterministic: bool) -> Array:
     """``x`` <float>[B, T, d], ``mask`` <bool>[B, T] -> <float>[B, T, d]."""
     self._check(x)
-    alpha = self.param("alpha", nn.initializers.zeros, (), jnp.float32)
+    alpha = self.param("alpha", nn.initializers.zeros, (), self.param_dtype)
+    if self.dtype is not None:
+      alpha = jnp.asarray(alpha, self.dtype)
     drop = nn.Dropout(self.dropout_rate, deterministic=deterministic)
     x = x + alpha * drop(self._attend(x, mask))
     return x + alpha * drop(self._ffn(x))

@@ -26,12 +26,13 @@ sentence), and ``nn.RNN`` stops at ``story_lengths + 1`` steps::
 Parameters: ``{"embed": ..., "rnn": {"cell": ...}, "attention_dense"?: ..., "head": ...}``.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.models import precision
 from rumjax.models.registry import register_model
 from rumjax.models.sequence import run_recurrence
 
@@ -61,15 +62,16 @@ def dot_attention(hs: Array, query: Array, mask: Array) -> tuple[Array, Array]:
     mask: <bool>[batch, T] the steps that may be attended.
 
   Returns:
-    ``(context <float>[batch, H], weights <float>[batch, T])``; a row without any
-    attendable step gets a zero context and zero weights.
+    ``(context <float>[batch, H], weights <float32>[batch, T])``; a row without any
+    attendable step gets a zero context and zero weights. The scores and the softmax are
+    float32 whatever the inputs' dtype; the context has the dtype of ``hs``.
   """
-  scores = jnp.einsum("bth,bh->bt", hs, query)
+  scores = jnp.einsum("bth,bh->bt", hs, query, preferred_element_type=jnp.float32)
   scores = jnp.where(mask, scores, -jnp.inf)
   any_step = jnp.any(mask, axis=-1, keepdims=True)
   weights = jax.nn.softmax(jnp.where(any_step, scores, 0.0), axis=-1)
   weights = jnp.where(mask, weights, 0.0)
-  return jnp.einsum("bt,bth->bh", weights, hs), weights
+  return jnp.einsum("bt,bth->bh", weights.astype(hs.dtype), hs), weights
 
 
 @register_model("sentence_qa")
@@ -82,12 +84,16 @@ class SentenceQA(nn.Module):
     num_classes: number of answers.
     embed_dim: size of the word (and so sentence) embeddings.
     attention: dot-product attention of the question state over the sentence states.
+    dtype, param_dtype: the precision policy of the embedding and the dense layers
+      (:mod:`rumjax.models.precision`; None: float32); the logits are float32.
   """
   cell: nn.RNNCellBase
   vocab_size: int
   num_classes: int
   embed_dim: int = 64
   attention: bool = False
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
@@ -103,7 +109,10 @@ class SentenceQA(nn.Module):
     """
     story, question = batch["story"], batch["question"]
     lengths = jnp.asarray(batch["story_lengths"], jnp.int32)
-    embed = nn.Embed(self.vocab_size, self.embed_dim, name="embed")
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                                     name=name)
+    embed = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
+                     param_dtype=self.param_dtype, name="embed")
     sentences = bag_of_words(embed(story), story)              # [B, S, E]
     query = bag_of_words(embed(question), question)            # [B, E]
     steps = sentences.shape[1] + 1
@@ -116,6 +125,6 @@ class SentenceQA(nn.Module):
     features = h_q
     if self.attention:
       context, _ = dot_attention(hs, h_q, pos < lengths[:, None])
-      features = jnp.tanh(nn.Dense(self.cell.features, name="attention_dense")(
+      features = jnp.tanh(dense(self.cell.features, "attention_dense")(
           jnp.concatenate([context, h_q], axis=-1)))
-    return nn.Dense(self.num_classes, name="head")(features)
+    return precision.float32_logits(dense(self.num_classes, "head")(features))

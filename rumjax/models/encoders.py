@@ -80,6 +80,7 @@ import numpy as np
 from rumjax.layers.positional import sinusoidal_positions
 from rumjax.layers.starsaber import StarSaberLayer
 from rumjax.layers.transformer import ReZeroLayer, TransformerLayer
+from rumjax.models import precision
 from rumjax.models.registry import register_model
 from rumjax.models.text_classifier import last_real, length_mask, masked_mean
 
@@ -102,10 +103,13 @@ class StarSaberEncoder(nn.Module):
     features: ``d`` (``x`` has ``d`` features).
     num_layers: ``L``.
     variant: one of :data:`rumjax.layers.starsaber.VARIANTS`.
+    dtype, param_dtype: the precision policy of every layer.
   """
   features: int
   num_layers: int
   variant: str = "plain"
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool) -> Array:
@@ -113,7 +117,8 @@ class StarSaberEncoder(nn.Module):
     del deterministic   # no dropout inside StarSaber
     h = x
     for l in range(self.num_layers):
-      h = StarSaberLayer(self.features, variant=self.variant, name=f"layer_{l}")(h, x, mask)
+      h = StarSaberLayer(self.features, variant=self.variant, dtype=self.dtype,
+                         param_dtype=self.param_dtype, name=f"layer_{l}")(h, x, mask)
     return h
 
 
@@ -126,6 +131,8 @@ class TransformerEncoder(nn.Module):
   ffn_size: Optional[int] = None
   dropout_rate: float = 0.1
   rezero: bool = False
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool) -> Array:
@@ -133,7 +140,8 @@ class TransformerEncoder(nn.Module):
     layer_cls = ReZeroLayer if self.rezero else TransformerLayer
     for l in range(self.num_layers):
       x = layer_cls(self.features, num_heads=self.num_heads, ffn_size=self.ffn_size,
-                    dropout_rate=self.dropout_rate, name=f"layer_{l}")(
+                    dropout_rate=self.dropout_rate, dtype=self.dtype,
+                    param_dtype=self.param_dtype, name=f"layer_{l}")(
                         x, mask, deterministic=deterministic)
     return x
 
@@ -143,6 +151,8 @@ class BiLSTMEncoder(nn.Module):
   ``nn.OptimizedLSTMCell(features)``, parameters at ``forward/cell``, ``backward/cell``),
   each stopping at the sequence's length."""
   features: int
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool
@@ -156,10 +166,11 @@ class BiLSTMEncoder(nn.Module):
     del deterministic
     lengths = jnp.sum(mask, axis=1)
     # Unbound cells (parent=None): nn.RNN adopts them, parameters at forward/cell etc.
-    fwd = nn.RNN(nn.OptimizedLSTMCell(self.features, parent=None), name="forward")(
+    cell = lambda: nn.OptimizedLSTMCell(self.features, dtype=self.dtype,
+                                        param_dtype=self.param_dtype, parent=None)
+    fwd = nn.RNN(cell(), name="forward")(x, seq_lengths=lengths)
+    bwd = nn.RNN(cell(), reverse=True, keep_order=True, name="backward")(
         x, seq_lengths=lengths)
-    bwd = nn.RNN(nn.OptimizedLSTMCell(self.features, parent=None), reverse=True,
-                 keep_order=True, name="backward")(x, seq_lengths=lengths)
     sentence = jnp.concatenate(
         [last_real(fwd, mask), jnp.where(mask[:, :1], bwd[:, 0], 0.0)], axis=-1)
     return jnp.concatenate([fwd, bwd], axis=-1), sentence
@@ -192,6 +203,8 @@ class SentenceEncoderModel(nn.Module):
     embedding_init: initializer of the embedding (e.g.
       :func:`rumjax.models.text_classifier.pretrained_init` for Word2Vec vectors; None:
       Flax's default).
+    dtype, param_dtype: the precision policy of every layer
+      (:mod:`rumjax.models.precision`; None: float32); the logits are float32.
   """
   vocab_size: int
   num_classes: Optional[int] = None
@@ -204,21 +217,24 @@ class SentenceEncoderModel(nn.Module):
   objective: str = "classify"
   freeze_embeddings: bool = False
   embedding_init: Optional[Callable] = None
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   ENCODER = ""
   VARIANT = "plain"
   POSITIONS = False
 
   def _encoder(self) -> nn.Module:
+    policy = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     if self.ENCODER == "starsaber":
-      return StarSaberEncoder(self.hidden_size, self.num_layers, self.VARIANT,
+      return StarSaberEncoder(self.hidden_size, self.num_layers, self.VARIANT, **policy,
                               name="encoder")
     if self.ENCODER in ("transformer", "rezero"):
       return TransformerEncoder(self.hidden_size, self.num_layers, self.num_heads,
                                 self.ffn_size, self.dropout_rate,
-                                rezero=self.ENCODER == "rezero", name="encoder")
+                                rezero=self.ENCODER == "rezero", **policy, name="encoder")
     if self.ENCODER == "bilstm":
-      return BiLSTMEncoder(self.hidden_size, name="encoder")
+      return BiLSTMEncoder(self.hidden_size, **policy, name="encoder")
     raise ValueError(f"{type(self).__name__} has no encoder (ENCODER={self.ENCODER!r}).")
 
   @nn.compact
@@ -234,12 +250,14 @@ class SentenceEncoderModel(nn.Module):
     mask = length_mask(tokens, batch.get("lengths"))
     embed = nn.Embed(self.vocab_size, self.embed_dim,
                      embedding_init=self.embedding_init or nn.linear.default_embed_init,
-                     name="embed")
+                     dtype=self.dtype, param_dtype=self.param_dtype, name="embed")
+    dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype,
+                                           param_dtype=self.param_dtype, name=name, **kw)
     x = embed(tokens)
     if self.freeze_embeddings:
       x = jax.lax.stop_gradient(x)
     if self.ENCODER != "bilstm" and self.embed_dim != self.hidden_size:
-      x = nn.Dense(self.hidden_size, use_bias=False, name="input_map")(x)
+      x = dense(self.hidden_size, "input_map", use_bias=False)(x)
     if self.POSITIONS:
       # As Vaswani et al. (§3.4): the embedding times sqrt(d) (Flax's embedding init has
       # std 1/sqrt(d): this brings it to the positions' scale, ~1) plus the positions.
@@ -255,14 +273,21 @@ class SentenceEncoderModel(nn.Module):
     if self.objective == "classify":
       if sentence is None:
         sentence = masked_mean(hs, mask)
-      return nn.Dense(self.num_classes, name="classifier")(drop(sentence))
+      return precision.float32_logits(dense(self.num_classes, "classifier")(drop(sentence)))
     if hs.shape[-1] != self.embed_dim:
-      hs = nn.Dense(self.embed_dim, name="mlm_dense")(hs)
+      hs = dense(self.embed_dim, "mlm_dense")(hs)
     table = embed.embedding
     if self.freeze_embeddings:
       table = jax.lax.stop_gradient(table)
-    bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,), jnp.float32)
-    return jnp.einsum("btd,vd->btv", hs, table) + bias
+    bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,),
+                      self.param_dtype)
+    if self.dtype is not None:
+      hs, table = jnp.asarray(hs, self.dtype), jnp.asarray(table, self.dtype)
+    # The tied output layer accumulates in float32: float32 logits (the policy).
+    logits = jnp.einsum("btd,vd->btv", hs, table,
+                        preferred_element_type=jnp.promote_types(jnp.result_type(hs, table),
+                                                                   jnp.float32))
+    return precision.float32_logits(logits + bias)
 
 
 @register_model("starsaber")

@@ -292,8 +292,11 @@ def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array
   keys = src_hs @ params["inter_g"]                                   # [B, M, Nb]
   queries = tgt_hs @ params["inter_h"]                                # [B, T, Nb]
   scores = jnp.einsum("btma,a->btm", jnp.tanh(keys[:, None] + queries[:, :, None]),
-                      params["inter_u"])
-  alpha = lstmn_lib.masked_softmax(scores, src_mask[:, None, :])
+                      params["inter_u"],
+                      preferred_element_type=lstmn_lib.at_least_float32(keys, queries))
+  # Scores and softmax in float32 (the precision policy); the weights in the tapes' dtype.
+  alpha = lstmn_lib.masked_softmax(scores, src_mask[:, None, :]).astype(
+      jnp.result_type(src_hs))
   context = jnp.einsum("btm,bmn->btn", alpha, src_hs)
   out = jnp.tanh(context @ params["out_ctx"] + tgt_hs @ params["out_h"] + params["out_bias"])
   return out, alpha

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.models import precision
 from rumjax.models.registry import register_model
 from rumjax.models.sequence import run_recurrence
 
@@ -50,11 +51,17 @@ class LanguageModel(nn.Module):
     vocab_size: the number of tokens.
     embed_dim: the embedding size (128 for characters, 150 for words in the papers).
     dropout_rate: non-recurrent dropout on the embedding and on the core's output.
+    dtype: the computation dtype of the embedding and the head (None: float32; the core
+      has its own); the logits are float32 and the state carried between windows keeps
+      the dtypes of the core's ``initialize_carry`` (:mod:`rumjax.models.precision`).
+    param_dtype: the parameters' dtype.
   """
   cell: nn.RNNCellBase
   vocab_size: int
   embed_dim: int = 128
   dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False,
@@ -70,7 +77,8 @@ class LanguageModel(nn.Module):
       ``(logits <float>[batch, T, vocab_size], new_model_state)``.
     """
     inputs = batch["inputs"]
-    x = nn.Embed(self.vocab_size, self.embed_dim, name="embed")(inputs)
+    x = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
+                 param_dtype=self.param_dtype, name="embed")(inputs)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     initial = initial_state(self, inputs.shape[0])
     carry = initial if model_state is None else model_state
@@ -78,5 +86,9 @@ class LanguageModel(nn.Module):
       carry = reset_where(jnp.asarray(batch["reset"], bool), initial, carry)
     carry, hs = run_recurrence(self.cell, x, train=train, initial_carry=carry,
                                return_carry=True)
+    # The state carried to the next window keeps the initial carry's dtypes.
+    carry = precision.carry_like(carry, initial)
     hs = nn.Dropout(self.dropout_rate)(hs, deterministic=not train)
-    return nn.Dense(self.vocab_size, name="head")(hs), carry
+    logits = nn.Dense(self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype,
+                      name="head")(hs)
+    return precision.float32_logits(logits), carry

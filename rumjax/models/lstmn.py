@@ -156,6 +156,8 @@ class LSTMNCore(nn.Module):
     dropout_rate: dropout between layers.
     memory_span: None (the whole window) or the most recent positions attended to.
     deterministic: evaluation mode (set by ``run_recurrence`` from ``train``).
+    dtype, param_dtype: the precision policy of the stack (:class:`LSTMN`); the carry
+      stays float32 (:mod:`rumjax.models.precision`).
   """
   features: int
   num_layers: int = 1
@@ -163,6 +165,8 @@ class LSTMNCore(nn.Module):
   dropout_rate: float = 0.0
   memory_span: Optional[int] = None
   deterministic: bool = True
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
   whole_sequence = True  # a class attribute, not a field
 
   def initialize_carry(self, rng, input_shape):
@@ -181,8 +185,12 @@ class LSTMNCore(nn.Module):
       initial_carry = self.initialize_carry(None, xs.shape)
     stack = StackedLSTMN(self.num_layers, self.features, self.attn_size or self.features,
                          dropout_rate=self.dropout_rate, memory_span=self.memory_span,
-                         deterministic=self.deterministic, name="stack")
+                         deterministic=self.deterministic, dtype=self.dtype,
+                         param_dtype=self.param_dtype, name="stack")
     layers = stack(xs, None, list(initial_carry), return_all=True)
     carry = tuple((hs[:, -1], cs[:, -1]) for hs, cs in layers)
+    leaves, treedef = jax.tree.flatten(carry)   # in the initial carry's dtype (float32)
+    carry = jax.tree.unflatten(treedef, [jnp.asarray(c, jnp.result_type(c0)) for c, c0 in
+                                         zip(leaves, jax.tree.leaves(initial_carry))])
     hs = layers[-1][0]
     return (carry, hs) if return_carry else hs

@@ -111,6 +111,13 @@ Parameters: ``embed`` (shared by the encoder and the decoder), ``encoder_fw/cell
 ``encoder_bw/cell``, ``reduce/component_<k>``, ``attn_encoder`` (``W_h``), and
 ``decoder/{input_merge, cell, attn_state (W_s, b_attn), attn_v, attn_coverage?,
 pointer?, attn_output (V, b), vocab (V', b')}``.
+
+Precision (:mod:`rumjax.models.precision`): ``dtype`` is the computation dtype of the
+embedding, the dense layers and the cells (``param_dtype`` the parameters'); the attention
+scores and distribution, ``P_vocab`` (its logits are cast first), ``p_gen``, the final
+distribution, the coverage and the context vector carried between decoder steps are
+float32 whatever ``dtype`` is, and the decoder carry keeps the dtypes of the cell's
+``initialize_carry``.
 """
 
 from typing import Any, Callable, Mapping, Optional, Union
@@ -120,6 +127,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells import cell_from_config
+from rumjax.models import precision
 from rumjax.models.registry import register_model
 
 Array = jax.Array
@@ -273,6 +281,8 @@ class ReduceStates(nn.Module):
   See the module docstring ("Initial decoder state"); parameters ``component_<k>``, one
   ``Dense`` per vector component of the decoder carry.
   """
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, fw_carry: PyTree, bw_carry: PyTree, template: PyTree) -> PyTree:
@@ -287,7 +297,8 @@ class ReduceStates(nn.Module):
         inputs = [fw[j], bw[j]]
       else:
         inputs = fw + bw
-      dense = nn.Dense(leaves[k].shape[-1], name=f"component_{j}")
+      dense = nn.Dense(leaves[k].shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
+                       name=f"component_{j}")
       out[k] = nn.relu(dense(jnp.concatenate(inputs, axis=-1))).astype(leaves[k].dtype)
     return jax.tree.unflatten(treedef, out)
 
@@ -307,6 +318,8 @@ class AttentionDecoderStep(nn.Module):
   embed_dim: int
   pointer: bool = True
   coverage: bool = False
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, state: Mapping[str, Any], inputs: Array):
@@ -318,30 +331,40 @@ class AttentionDecoderStep(nn.Module):
     6d; module docstring)."""
     enc_outputs, enc_features = state["enc_outputs"], state["enc_features"]
     mask, coverage = state["mask"], state["coverage"]
-    x = nn.Dense(self.embed_dim, name="input_merge")(
-        jnp.concatenate([inputs, state["context"]], axis=-1))
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                                     name=name)
+    x = dense(self.embed_dim, "input_merge")(
+        jnp.concatenate([inputs, jnp.asarray(state["context"], inputs.dtype)], axis=-1))
     carry, cell_out = self.cell(state["carry"], x)
+    carry = precision.carry_like(carry, state["carry"])   # the carry keeps its dtype
     s = jnp.concatenate(vector_leaves(carry), axis=-1)
-    state_norm = jnp.linalg.norm(jax.lax.stop_gradient(s), axis=-1)
+    state_norm = jnp.linalg.norm(jax.lax.stop_gradient(precision.float32_logits(s)), axis=-1)
 
-    features = enc_features + nn.Dense(enc_features.shape[-1], name="attn_state")(s)[:, None]
+    features = enc_features + dense(enc_features.shape[-1], "attn_state")(s)[:, None]
     if self.coverage:
       w_c = self.param("attn_coverage", nn.initializers.zeros_init(),
-                       (enc_features.shape[-1],))
-      features = features + coverage[..., None] * w_c
-    v = self.param("attn_v", nn.initializers.lecun_normal(), (enc_features.shape[-1], 1))
-    scores = (jnp.tanh(features) @ v)[..., 0]
+                       (enc_features.shape[-1],), self.param_dtype)
+      features = features + (coverage[..., None] * w_c).astype(features.dtype)
+    v = self.param("attn_v", nn.initializers.lecun_normal(), (enc_features.shape[-1], 1),
+                   self.param_dtype)
+    # Attention scores, distribution and context in float32 (the precision policy).
+    acc = jnp.promote_types(jnp.result_type(features, v), jnp.float32)
+    scores = jnp.einsum("bsd,dk->bsk", jnp.tanh(features), jnp.asarray(v, features.dtype),
+                        preferred_element_type=acc)[..., 0]
     attention = masked_attention(scores, mask)
-    context = jnp.einsum("bs,bsd->bd", attention, enc_outputs)
+    context = jnp.einsum("bs,bsd->bd", attention, enc_outputs, preferred_element_type=acc)
+    context = jnp.asarray(context, state["context"].dtype)
 
-    output = nn.Dense(self.cell.features, name="attn_output")(
-        jnp.concatenate([cell_out, context], axis=-1))
+    output = dense(self.cell.features, "attn_output")(
+        jnp.concatenate([cell_out, jnp.asarray(context, cell_out.dtype)], axis=-1))
     output = _perturb(self, "decoder_outputs", output)
-    p_vocab = jax.nn.softmax(nn.Dense(self.vocab_size, name="vocab")(output), axis=-1)
+    p_vocab = jax.nn.softmax(precision.float32_logits(dense(self.vocab_size, "vocab")(output)),
+                             axis=-1)
     num_extended = self.vocab_size + self.max_oovs
     if self.pointer:
-      p_gen = jax.nn.sigmoid(nn.Dense(1, name="pointer")(
-          jnp.concatenate([context, s, x], axis=-1))[:, 0])
+      p_gen = jax.nn.sigmoid(precision.float32_logits(dense(1, "pointer")(
+          jnp.concatenate([jnp.asarray(context, s.dtype), s, jnp.asarray(x, s.dtype)],
+                          axis=-1))[:, 0]))
       # No real source position: nothing to copy, all mass on P_vocab.
       p_gen = jnp.where(jnp.any(mask > 0, axis=-1), p_gen, 1.0)
       probs = final_distribution(p_vocab, attention, p_gen, state["article_ext"],
@@ -377,6 +400,8 @@ class PointerGenerator(nn.Module):
     lam, eta, activation, update_gate: the cells' options (passed by
       :func:`rumjax.cells.cell_from_config` to the cells that have them; RUM "without time
       normalization" is ``eta=None``).
+    dtype, param_dtype: the precision policy (module docstring; None: float32), passed
+      to every layer and cell.
   """
   vocab_size: int
   max_oovs: int
@@ -391,25 +416,29 @@ class PointerGenerator(nn.Module):
   eta: Optional[float] = None
   activation: Union[str, Callable] = "relu"
   update_gate: bool = True
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   def _make_cell(self, name: str) -> nn.RNNCellBase:
     options = {"lam": self.lam, "eta": self.eta, "activation": self.activation,
-               "update_gate": self.update_gate}
+               "update_gate": self.update_gate, "dtype": self.dtype,
+               "param_dtype": self.param_dtype}
     return cell_from_config(name, self.hidden_size, options)
 
   def setup(self):
     if self.max_oovs < 0:
       raise ValueError(f"max_oovs={self.max_oovs!r} must be >= 0.")
-    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
+    policy = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    self.embed = nn.Embed(self.vocab_size, self.embed_dim, **policy)
     self.encoder_fw = nn.RNN(self._make_cell(self.encoder_cell), return_carry=True)
     self.encoder_bw = nn.RNN(self._make_cell(self.encoder_cell), return_carry=True,
                              reverse=True, keep_order=True)
-    self.reduce = ReduceStates()
-    self.attn_encoder = nn.Dense(2 * self.hidden_size, use_bias=False)
+    self.reduce = ReduceStates(**policy)
+    self.attn_encoder = nn.Dense(2 * self.hidden_size, use_bias=False, **policy)
     self.decoder = AttentionDecoderStep(
         self._make_cell(self.decoder_cell), vocab_size=self.vocab_size,
         max_oovs=self.max_oovs, embed_dim=self.embed_dim, pointer=self.pointer,
-        coverage=self.coverage)
+        coverage=self.coverage, **policy)
 
   def _embed_base(self, tokens: Array) -> Array:
     """Embeds ids, extended ids ``>= vocab_size`` as ``unk_id``."""
@@ -456,9 +485,10 @@ class PointerGenerator(nn.Module):
     carry = self.reduce(fw_carry, bw_carry, template)
     ext = jnp.asarray(batch["article_ext"], jnp.int32)
     ext = jnp.where(ext < self.vocab_size + self.max_oovs, ext, self.unk_id)
+    acc = jnp.promote_types(enc_outputs.dtype, jnp.float32)  # the carried context, coverage
     return {"carry": carry,
-            "context": jnp.zeros((bsz, 2 * self.hidden_size), enc_outputs.dtype),
-            "coverage": jnp.zeros((bsz, steps), enc_outputs.dtype),
+            "context": jnp.zeros((bsz, 2 * self.hidden_size), acc),
+            "coverage": jnp.zeros((bsz, steps), acc),
             "enc_outputs": enc_outputs, "enc_features": enc_features, "mask": mask,
             "article_ext": ext}
 

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from rumjax.cells import cell_from_config
+from rumjax.models import precision
 from rumjax.registry import Registry
 
 MODELS = Registry("model")
@@ -41,6 +42,10 @@ def build_model(model_config: Mapping[str, Any], **kwargs: Any):
   not fields of the model, such as the cell's options, are ignored); a ``cell`` field is
   built with :func:`rumjax.cells.cell_from_config` from ``model_config["cell"]``,
   ``model_config["hidden_size"]`` and the cell's options in ``model_config``.
+
+  The precision policy ``model_config["dtype"]``/``["param_dtype"]`` (names such as
+  ``"bfloat16"``, see :mod:`rumjax.models.precision`) is resolved to jnp dtypes and
+  passed to the model and to its cell, as their ``dtype``/``param_dtype`` fields.
   """
   cls = MODELS.get(model_config["name"])
   fields = model_fields(cls)
@@ -48,6 +53,7 @@ def build_model(model_config: Mapping[str, Any], **kwargs: Any):
   if unknown:
     raise ValueError(f"model {model_config['name']!r} has no field(s) {unknown}; "
                      f"its fields: {fields}.")
+  model_config = precision.resolve(model_config)
   args = {f: model_config[f] for f in fields if f in model_config and f != "cell"}
   if "cell" in fields and "cell" not in kwargs:
     args["cell"] = cell_from_config(model_config["cell"], model_config["hidden_size"],

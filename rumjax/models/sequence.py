@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells import rum as rum_cell
+from rumjax.models import precision
 from rumjax.models.registry import build_model, register_model
 
 Array = jax.Array
@@ -100,16 +101,21 @@ class TokenInput(nn.Module):
   Attributes:
     vocab_size: number of input symbols.
     embed_dim: ``None`` for one-hot inputs, else the size of an ``nn.Embed``.
+    dtype: the computation dtype (None: float32), param_dtype: the parameters'
+      (:mod:`rumjax.models.precision`).
   """
   vocab_size: int
   embed_dim: Optional[int] = None
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, inputs: Array) -> Array:
     """inputs <int>[batch, T] -> <float>[batch, T, vocab_size or embed_dim]."""
     if self.embed_dim is None:
-      return jax.nn.one_hot(inputs, self.vocab_size, dtype=jnp.float32)
-    return nn.Embed(self.vocab_size, self.embed_dim, name="embed")(inputs)
+      return jax.nn.one_hot(inputs, self.vocab_size, dtype=self.dtype or jnp.float32)
+    return nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
+                    param_dtype=self.param_dtype, name="embed")(inputs)
 
 
 class TokenSequenceModel(nn.Module):
@@ -120,17 +126,28 @@ class TokenSequenceModel(nn.Module):
     vocab_size: number of input symbols.
     num_classes: number of output classes (of the subclass's head).
     embed_dim: ``None`` for one-hot inputs, else an embedding of this size.
+    dtype: the computation dtype of the input and the head (None: float32; the cell has
+      its own, set by :func:`rumjax.models.build_model`); the logits are float32.
+    param_dtype: the parameters' dtype.
   """
   cell: nn.RNNCellBase
   vocab_size: int
   num_classes: int
   embed_dim: Optional[int] = None
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   def encode(self, batch: Mapping[str, Any], train: bool) -> Array:
     """<int>[batch, T] tokens -> <float>[batch, T, cell.features], inside the subclass's
     compact ``__call__`` (submodules ``input`` and ``rnn``)."""
-    xs = TokenInput(self.vocab_size, self.embed_dim, name="input")(batch["inputs"])
+    xs = TokenInput(self.vocab_size, self.embed_dim, dtype=self.dtype,
+                    param_dtype=self.param_dtype, name="input")(batch["inputs"])
     return run_recurrence(self.cell, xs, seq_lengths=batch.get("lengths"), train=train)
+
+  def logits(self, hs: Array) -> Array:
+    """The output layer ``head``; float32 logits (the precision policy)."""
+    return precision.float32_logits(nn.Dense(self.num_classes, dtype=self.dtype,
+                                             param_dtype=self.param_dtype, name="head")(hs))
 
 
 @register_model("tagger")
@@ -149,7 +166,7 @@ class SequenceTagger(TokenSequenceModel):
     Returns:
       logits: <float>[batch, T, num_classes].
     """
-    return nn.Dense(self.num_classes, name="head")(self.encode(batch, train))
+    return self.logits(self.encode(batch, train))
 
 
 @register_model("classifier")
@@ -171,7 +188,7 @@ class SequenceClassifier(TokenSequenceModel):
     else:
       idx = jnp.asarray(lengths, jnp.int32)[:, None, None] - 1
       last = jnp.take_along_axis(hs, idx, axis=1)[:, 0]
-    return nn.Dense(self.num_classes, name="head")(last)
+    return self.logits(last)
 
 
 def build_sequence_model(model_config: Mapping[str, Any], kind: str, vocab_size: int,

@@ -50,6 +50,7 @@ import numpy as np
 from rumjax import lstmn as lstmn_lib
 from rumjax.cells.base import check_probability
 from rumjax.models.fusion import DeepFusion, ShallowFusion
+from rumjax.models import precision
 from rumjax.models.lstmn import StackedLSTMN
 from rumjax.models.registry import build_model, register_model
 from rumjax.models.sequence import run_recurrence
@@ -122,14 +123,18 @@ class ClassifierHead(nn.Module):
   mlp_layers: int
   mlp_size: int
   dropout_rate: float
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, features: Array, train: bool) -> Array:
-    """<float>[B, F] -> logits <float>[B, num_classes]."""
+    """<float>[B, F] -> logits <float32>[B, num_classes] (float32 under any policy)."""
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                                     name=name)
     for k in range(self.mlp_layers):
-      features = nn.relu(nn.Dense(self.mlp_size, name=f"mlp_{k}")(features))
+      features = nn.relu(dense(self.mlp_size, f"mlp_{k}")(features))
     features = nn.Dropout(self.dropout_rate, deterministic=not train)(features)
-    return nn.Dense(self.num_classes, name="logits")(features)
+    return precision.float32_logits(dense(self.num_classes, "logits")(features))
 
 
 # ------------------------------------------------------------------------- models
@@ -151,6 +156,8 @@ class TextClassifier(nn.Module):
     dropout_rate: dropout before the softmax layer (0.5 SST, 0.1-0.4 SNLI).
     embedding_init: initializer of the embedding (:func:`pretrained_init` for word
       vectors; default Flax's N(0, 1)-like ``default_embed_init``).
+    dtype, param_dtype: the precision policy (:mod:`rumjax.models.precision`; None:
+      float32) of every layer; the logits are float32.
   """
   vocab_size: int
   num_classes: int
@@ -161,6 +168,8 @@ class TextClassifier(nn.Module):
   mlp_size: Optional[int] = None
   dropout_rate: float = 0.5
   embedding_init: Callable = nn.linear.default_embed_init
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
 
   # Subclasses: one sentence -> hs <[B, T, H]>; a pair -> (premise tape, hypothesis tape).
   def encode(self, xs: Array, mask: Array, train: bool, name: str) -> Array:
@@ -178,7 +187,7 @@ class TextClassifier(nn.Module):
       raise ValueError(f"pooling={self.pooling!r} is unknown; use one of {list(POOLINGS)}.")
     check_probability("dropout_rate", self.dropout_rate)
     embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=self.embedding_init,
-                     name="embed")
+                     dtype=self.dtype, param_dtype=self.param_dtype, name="embed")
     if "premise" in batch:
       sentences = []
       for key in PAIR_KEYS:
@@ -193,7 +202,8 @@ class TextClassifier(nn.Module):
       features = pool(self.encode(embed(tokens), mask, train, "encoder"), mask,
                       self.pooling)
     head = ClassifierHead(self.num_classes, self.mlp_layers,
-                          self.mlp_size or self.hidden_size, self.dropout_rate, name="head")
+                          self.mlp_size or self.hidden_size, self.dropout_rate,
+                          dtype=self.dtype, param_dtype=self.param_dtype, name="head")
     return head(features, train)
 
 
@@ -235,7 +245,8 @@ class LSTMNTextClassifier(TextClassifier):
   def encode(self, xs, mask, train, name):
     stack = StackedLSTMN(self.num_layers, self.hidden_size,
                          self.attn_size or self.hidden_size, skip_input=self.skip_input,
-                         memory_span=self.memory_span, impl=self.impl, name=name)
+                         memory_span=self.memory_span, impl=self.impl, dtype=self.dtype,
+                         param_dtype=self.param_dtype, name=name)
     return stack(xs, mask, deterministic=not train)[0]
 
 
@@ -268,7 +279,7 @@ class FusionTextClassifier(TextClassifier):
     fusion = self.fusion_cls(self.hidden_size, self.attn_size or self.hidden_size,
                              self.inter_size, memory_span=self.memory_span,
                              condition_on_source=self.condition_on_source, impl=self.impl,
-                             name="fusion")
+                             dtype=self.dtype, param_dtype=self.param_dtype, name="fusion")
     out = fusion(xp, mp, xh, mh)
     return out.src_hs, out.outputs
 
@@ -350,7 +361,8 @@ def build_text_classifier(model_config: Mapping[str, Any], *, vocab_size: int,
     kwargs["embedding_init"] = embedding_init
   if model_config["name"] == "lstm" and model_config.get("num_layers", 1) > 1:
     from rumjax.cells import stacked
-    kwargs["cell"] = stacked.stacked_from_config(model_config, dropout_rate=0.0)
+    kwargs["cell"] = stacked.stacked_from_config(precision.resolve(model_config),
+                                                 dropout_rate=0.0)
   return build_model(model_config, **kwargs)
 
 

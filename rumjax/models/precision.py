@@ -1,0 +1,67 @@
+"""The zoo's mixed-precision policy, Flax style: ``dtype`` computes, ``param_dtype`` stores.
+
+``config.model.dtype`` (``"float32"``, the default, or ``"bfloat16"``) is the dtype of the
+computation of every model: embeddings, ``Dense`` layers, attention projections, the
+recurrent cells' gate matmuls and hidden states. ``config.model.param_dtype`` (default
+``"float32"``) is the dtype the parameters are created and stored in (so the optimizer
+state and the checkpoints are float32). :func:`rumjax.models.build_model` resolves both
+names (:func:`resolve`) and passes them to the model and to its cells.
+
+Whatever the policy, these stay float32 (as in Flax's own modules and recurrentgemma):
+the logits the models return (cast before any softmax / loss, :func:`float32_logits`),
+attention logits and softmax (StarSaber, the Transformer's ``force_fp32_for_softmax``,
+LSTMN, the pointer-generator's attention, pointer distribution and coverage),
+layer-norm statistics (``nn.LayerNorm`` reduces in float32), the losses and metrics
+(:mod:`rumjax.metrics`), beam-search scores (:mod:`rumjax.decoding`) and RUM's rotation
+path (:mod:`rumjax.rum`). A state carried between windows or decoder steps keeps the
+dtypes of its cell's ``initialize_carry`` (:func:`carry_like`), so a jitted step sees
+the same types at every call.
+"""
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+FIELDS = ("dtype", "param_dtype")
+
+
+def get_dtype(name: Any, field: str = "dtype") -> Any:
+  """The jnp dtype of a policy name; a one-line ``ValueError`` naming the choices.
+
+  >>> get_dtype("bfloat16")   # jnp.bfloat16
+  """
+  if not isinstance(name, str) or name not in DTYPES:
+    raise ValueError(f"config.model.{field}={name!r} is unknown; accepted names are "
+                     f"{list(DTYPES)}.")
+  return DTYPES[name]
+
+
+def check_model_precision(model: Mapping[str, Any]) -> None:
+  """Checks ``config.model.dtype`` and ``config.model.param_dtype`` (when present)."""
+  for field in FIELDS:
+    if field in model:
+      get_dtype(model[field], field)
+
+
+def resolve(model: Mapping[str, Any]) -> dict:
+  """``dict(model)`` with the names of ``dtype``/``param_dtype`` (when present) replaced
+  by jnp dtypes, ready to be passed to modules and cells."""
+  out = dict(model)
+  for field in FIELDS:
+    if isinstance(out.get(field), str):
+      out[field] = get_dtype(out[field], field)
+  return out
+
+
+def float32_logits(logits: jax.Array) -> jax.Array:
+  """Logits in float32, or wider if they are (the policy: what feeds a softmax or a loss
+  is never bfloat16; float64 stays float64)."""
+  return jnp.asarray(logits, jnp.promote_types(jnp.result_type(logits), jnp.float32))
+
+
+def carry_like(carry: Any, template: Any) -> Any:
+  """``carry`` with every leaf cast to the dtype of ``template``'s (a state carried
+  between windows or decoder steps keeps the dtypes it started with)."""
+  return jax.tree.map(lambda c, t: jnp.asarray(c, t.dtype), carry, template)
