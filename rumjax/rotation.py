@@ -22,11 +22,31 @@ Numerics (all values and gradients finite):
   code's ``sin = sqrt(1 - cos^2)`` has an infinite derivative there).
 * ``a`` anti-parallel to ``b`` (``theta = pi``): the plane is not unique, so eq. (1) is
   discontinuous there. We rotate by ``pi`` in the plane of ``u`` and the numerically
-  computed orthogonal direction; when that direction is exactly zero we take the
-  coordinate axis least aligned with ``u`` (``N >= 2`` required; for ``N = 1`` the result
+  computed orthogonal direction; when that direction is below its rounding noise
+  (``sin theta <= 16 eps``) we take ``cos = -1``, ``sin = 0`` and the first or second
+  coordinate axis orthogonalised against ``u`` (``N >= 2`` required; for ``N = 1`` the result
   is the reflection ``-1``, the only orthogonal map sending ``a`` to ``-a``). Values
   stay orthogonal with determinant +1, gradients are finite but grow like ``1/sin``
   as ``theta -> pi``, as the geometry demands.
+
+Orthogonal up to and through anti-parallel. The two branches are chosen so that no
+factor ``1 / (1 + cos theta)`` multiplies a rounding error: for ``cos > 0`` (the only
+place the smooth form ``M_qq = -1 / (1 + c)`` is used) ``1 + c > 1``; for ``cos <= 0``
+``v = p / |p|`` is a unit vector orthogonal to ``u`` to working precision (Gram-Schmidt
+twice) and ``M`` is the exact 2 x 2 rotation minus the identity with
+``cos^2 + sin^2 = 1`` renormalised (then one Newton step: the rounding of the division
+is biased, and a bias, unlike random rounding, makes the memory ``R_t`` of RUM drift
+linearly in ``t``), so ``|R^T R - 1|`` stays at a few ulps for every angle. (The closed form ``1 - d d^T / (1 + c) + 2 b a^T``, ``d = a + b``, is eq. (1)
+too, but amplifies the rounding of ``|a|, |b| != 1`` by ``1 / (1 + c)``: 2e-4 in
+float32 at ``cos = -0.999999``; issue 26.)
+
+Precision. Whatever the dtype of ``a`` and ``b`` (bfloat16 included), the normalised
+vectors ``u``, ``q``, the coefficients ``M``, ``cos`` and ``sin`` are computed and
+returned in ``promote_types(dtype, float32)`` (float32, or float64 under x64), with
+elementwise products and sums only (no ``dot``, which a TPU would run at bfloat16
+precision by default). :func:`rotation_matrix` returns that dtype too (a bfloat16
+matrix would not be orthogonal to float32 accuracy); :func:`rotate` computes in it and
+returns the dtype of ``h`` promoted with ``a`` and ``b``.
 """
 
 from typing import NamedTuple
@@ -56,11 +76,33 @@ def _dot(x, y):
   return jnp.sum(x * y, axis=-1)
 
 
+def rotation_dtype(*args) -> jnp.dtype:
+  """The dtype of the rotation path: the inputs' float dtype, at least float32."""
+  return jnp.promote_types(jnp.result_type(*args, float), jnp.float32)
+
+
 def _safe_norm(x):
   """``|x|`` along the last axis and a mask ``|x| > 0``; the gradient is 0 (not NaN) at 0."""
   sq = _dot(x, x)
   nonzero = sq > 0
   return jnp.sqrt(jnp.where(nonzero, sq, 1.0)), nonzero
+
+
+def _fallback(u):
+  """A unit vector orthogonal to the unit vector ``u`` (elementwise, no argmin).
+
+  The first coordinate axis if ``u_0^2 <= 1/2``, else the second (then ``u_1^2 <= 1/2``),
+  minus its component along ``u``: its norm is at least ``sqrt(1/2)``. Zero for ``N = 1``.
+  """
+  n = u.shape[-1]
+  if n < 2:
+    return jnp.zeros_like(u)
+  first = u[..., :1] * u[..., :1] <= 0.5
+  uk = jnp.where(first, u[..., :1], u[..., 1:2])
+  axis = (jnp.where(first, 0, 1) == jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1))
+  sq = 1.0 - uk * uk
+  return jnp.where(sq > 0, (axis.astype(u.dtype) - uk * u) * jax.lax.rsqrt(
+      jnp.where(sq > 0, sq, 1.0)), 0.0)
 
 
 def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
@@ -71,9 +113,10 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
     b: <float>[..., N] the vector to rotate towards (``tau_t`` in RUM).
 
   Returns:
-    A :class:`RotationPlane`; see the module docstring for the degenerate cases.
+    A :class:`RotationPlane` in :func:`rotation_dtype` (at least float32); see the
+    module docstring for the degenerate cases and the numerics near anti-parallel.
   """
-  dtype = jnp.result_type(a, b, float)
+  dtype = rotation_dtype(a, b)
   a, b = jnp.broadcast_arrays(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
   norm_a, a_ok = _safe_norm(a)
   norm_b, b_ok = _safe_norm(b)
@@ -92,6 +135,12 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
   cos = jnp.where(ok, cos / radius, 1.0)
   sin = sin / radius
   p = p / radius[..., None]
+  # One Newton step towards cos^2 + sin^2 = 1: the rounding of the division above is
+  # biased (cos^2 + sin^2 - 1 ~ +0.4 eps on average), and a bias, unlike random
+  # rounding, makes R_t drift linearly in t (float32, Nh 64: max|R^T R - 1| at t = 4,000
+  # 1.1e-5 without this step, 3e-6 with it).
+  newton = 1.5 - 0.5 * (cos * cos + sin * sin)
+  cos, sin, p = cos * newton, sin * newton, p * newton[..., None]
 
   # Small angles (cos > 0): q = p = s v, M = [[c - 1, -1], [1, -1/(1 + c)]], with
   # c - 1 = -s^2 / (1 + c). Smooth in (a, b), exact identity at theta = 0.
@@ -99,14 +148,17 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
   small = RotationPlane(u, p, -(sin**2) * inv_1pc, -jnp.ones_like(cos),
                         jnp.ones_like(cos), -inv_1pc, cos, sin)
 
-  # Large angles (cos <= 0): q = v, M = [[c - 1, -s], [s, c - 1]], the textbook form.
-  # At exactly theta = pi (p = 0) v is the coordinate axis least aligned with u.
-  axis = jax.nn.one_hot(jnp.argmin(jnp.abs(u), axis=-1), u.shape[-1], dtype=u.dtype)
-  fallback = axis - _dot(axis, u)[..., None] * u
-  fb_norm, fb_ok = _safe_norm(fallback)
-  fallback = jnp.where(fb_ok[..., None], fallback / fb_norm[..., None], 0.0)
-  v = jnp.where(p_ok[..., None], p / jnp.where(p_ok, sin, 1.0)[..., None], fallback)
-  large = RotationPlane(u, v, cos - 1.0, -sin, sin, cos - 1.0, cos, sin)
+  # Large angles (cos <= 0): q = v, M = [[c - 1, -s], [s, c - 1]], the textbook form;
+  # no 1/(1 + c) anywhere. v = p/|p| is orthogonal to u to working precision as long as
+  # |p| is above its rounding noise (a few eps); below, p is noise (its direction, even
+  # its component along u, is arbitrary; the compiler's choice of fused operations
+  # decides it) and we rotate by exactly pi (c = -1, s = 0, an error <= 16 eps in the
+  # value) in the plane of u and a coordinate axis orthogonalised against u.
+  v_ok = sin > 16 * jnp.finfo(dtype).eps
+  fallback = _fallback(u)
+  v = jnp.where(v_ok[..., None], p / jnp.where(v_ok, sin, 1.0)[..., None], fallback)
+  cos_l, sin_l = jnp.where(v_ok, cos, -1.0), jnp.where(v_ok, sin, 0.0)
+  large = RotationPlane(u, v, cos_l - 1.0, -sin_l, sin_l, cos_l - 1.0, cos_l, sin_l)
 
   pick = lambda x, y: jnp.where(
       jnp.reshape(cos > 0, cos.shape + (1,) * (x.ndim - cos.ndim)), x, y)
@@ -130,14 +182,17 @@ def rotate(a: jax.Array, b: jax.Array, h: jax.Array) -> jax.Array:
     h: <float>[..., N] the vector to rotate; leading axes broadcast with ``a``, ``b``.
 
   Returns:
-    <float>[..., N], ``Rotation(a, b) @ h``. ``|result| = |h|``.
+    <float>[..., N], ``Rotation(a, b) @ h``. ``|result| = |h|``. Computed in at least
+    float32, returned in the dtype of ``a``, ``b`` and ``h`` promoted together.
 
   Example::
 
     >>> a, b = jnp.array([1., 0., 0.]), jnp.array([0., 1., 0.])
     >>> rotate(a, b, jnp.array([1., 0., 5.]))   # -> [0., 1., 5.]
   """
-  return apply_plane(rotation_plane(a, b), h)
+  out_dtype = jnp.result_type(a, b, h, float)
+  plane = rotation_plane(a, b)
+  return apply_plane(plane, jnp.asarray(h, plane.u.dtype)).astype(out_dtype)
 
 
 def rotation_matrix(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -148,11 +203,14 @@ def rotation_matrix(a: jax.Array, b: jax.Array) -> jax.Array:
     b: <float>[..., N] towards this direction.
 
   Returns:
-    <float>[..., N, N], orthogonal with determinant +1 (for N >= 2).
+    <float>[..., N, N] in :func:`rotation_dtype` (at least float32), orthogonal with
+    determinant +1 (for N >= 2).
   """
   plane = rotation_plane(a, b)
   n = plane.u.shape[-1]
   basis = jnp.stack([plane.u, plane.q], axis=-1)  # (..., N, 2)
   m = jnp.stack([jnp.stack([plane.m_uu, plane.m_uq], -1),
                  jnp.stack([plane.m_qu, plane.m_qq], -1)], -2)  # (..., 2, 2)
-  return jnp.eye(n, dtype=basis.dtype) + basis @ m @ jnp.swapaxes(basis, -1, -2)
+  hi = jax.lax.Precision.HIGHEST
+  return jnp.eye(n, dtype=basis.dtype) + jnp.matmul(
+      jnp.matmul(basis, m, precision=hi), jnp.swapaxes(basis, -1, -2), precision=hi)

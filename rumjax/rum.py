@@ -17,6 +17,23 @@ Parameter layout (one matmul projects a whole input sequence outside the scan)::
               "bias":     (3 Nh,)}      # [b^tau | b^u | b]
 
 ``x @ kernel_x`` is ``W_xh x`` of the paper (kernels act from the right, as in Flax).
+
+Dtypes (the mixed-precision policy; ``dtype`` = the inputs' and parameters' dtype
+promoted together, e.g. bfloat16; ``rdtype = promote_types(dtype, float32)``):
+
+* ``dtype``: the gate matmuls ``x @ kernel_x``, ``h @ kernel_h`` (default precision),
+  ``tau``, ``u``, ``e``, ``h~``, ``h'`` and the hidden states ``h_t`` returned.
+* ``rdtype`` (float32, or float64 for float64 inputs): the rotation path. The normalised
+  vectors, ``cos``/``sin`` (:func:`rumjax.rotation.rotation_plane`, elementwise ops), the
+  memory ``R_t`` (carried in ``rdtype`` always, as recurrentgemma carries its recurrent
+  state in float32) and its update with every product at ``lax.Precision.HIGHEST``, and
+  ``R_t h_{t-1}``, which is rounded to ``dtype`` once, when it is added to ``e_t``. The
+  norm of ``h'_t`` for time normalization is also taken in ``rdtype``.
+
+So ``R_t`` stays orthogonal to float32 accuracy whatever the policy (bfloat16 rounding
+of a rotation would leave it ~1e-2 away from orthogonal after a few hundred steps).
+Near anti-parallel ``e_t``, ``tau_t`` see :mod:`rumjax.rotation`: the rotation stays
+orthogonal to working precision up to and through ``theta = pi``.
 """
 
 import functools
@@ -27,9 +44,10 @@ import jax
 import jax.numpy as jnp
 
 from rumjax import rum_fast
-from rumjax.rotation import RotationPlane, apply_plane, rotation_plane
+from rumjax.rotation import RotationPlane, apply_plane, rotation_dtype, rotation_plane
 
 Array = jax.Array
+HIGHEST = jax.lax.Precision.HIGHEST
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": jax.nn.relu,
@@ -152,10 +170,16 @@ def init_rum_params(key: Array, nx: int, nh: int, dtype=jnp.float32) -> dict:
 
 
 def _normalize(h, eta):
-  """``eta h / |h|`` (time normalization); a zero ``h`` stays zero (finite gradient)."""
-  sq = jnp.sum(h * h, axis=-1, keepdims=True)
+  """``eta h / |h|`` (time normalization); a zero ``h`` stays zero (finite gradient).
+
+  The norm is taken in at least float32 (a statistic, as layer norm's), the result has
+  the dtype of ``h``.
+  """
+  h32 = h.astype(rotation_dtype(h))
+  sq = jnp.sum(h32 * h32, axis=-1, keepdims=True)
   nonzero = sq > 0
-  return jnp.where(nonzero, eta * h * jax.lax.rsqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
+  scale = jnp.where(nonzero, eta * jax.lax.rsqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
+  return (scale * h32).astype(h.dtype)
 
 
 def update_memory(r_prev: Array, plane: RotationPlane, h: Array) -> tuple[Array, Array]:
@@ -165,16 +189,21 @@ def update_memory(r_prev: Array, plane: RotationPlane, h: Array) -> tuple[Array,
   ``R_t = R_{t-1} + (R_{t-1} u, R_{t-1} q) M (u, q)^T``: one batched product
   ``R_{t-1} [u, q, h]`` and two outer products, O(N^2) per example.
 
+  Everything is computed in the plane's dtype (at least float32) with the batched
+  product at ``lax.Precision.HIGHEST``; the rest are elementwise products and sums.
+
   Args:
     r_prev: <float>[..., N, N] the memory ``R_{t-1}``.
-    plane: the rotation of this step.
-    h: <float>[..., N] the hidden state ``h_{t-1}``.
+    plane: the rotation of this step (:func:`rumjax.rotation.rotation_plane`).
+    h: <float>[..., N] the hidden state ``h_{t-1}`` (any float dtype).
 
   Returns:
-    ``(R_t, R_t h)``.
+    ``(R_t, R_t h)``, both in the plane's dtype.
   """
+  dtype = plane.u.dtype
+  r_prev, h = jnp.asarray(r_prev, dtype), jnp.asarray(h, dtype)
   y = jnp.einsum("...ij,...jk->...ik", r_prev,
-                 jnp.stack([plane.u, plane.q, h], axis=-1))
+                 jnp.stack([plane.u, plane.q, h], axis=-1), precision=HIGHEST)
   ru, rq, rh = y[..., 0], y[..., 1], y[..., 2]
   row_u = plane.m_uu[..., None] * plane.u + plane.m_uq[..., None] * plane.q
   row_q = plane.m_qu[..., None] * plane.u + plane.m_qq[..., None] * plane.q
@@ -203,7 +232,8 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
       ``u`` pre-activations and of the pre-activation ``e + R h`` of ``h~``.
 
   Returns:
-    ``(new_carry, (h_t, plane))``.
+    ``(new_carry, (h_t, plane))``: ``h_t`` in the dtype of ``h`` and ``x_proj``, ``R_t``
+    and the plane in at least float32 (see the module docstring).
   """
   r_prev, h = carry if lam else (None, carry)
   nh = h.shape[-1]
@@ -214,8 +244,8 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
   if lam:
     r_new, r_h = update_memory(r_prev, plane, h)
   else:
-    r_new, r_h = None, apply_plane(plane, h)
-  h_tilde = activation(norm_h(e + r_h))
+    r_new, r_h = None, apply_plane(plane, h.astype(plane.u.dtype))
+  h_tilde = activation(norm_h(e + r_h.astype(e.dtype)))
   if update_gate:
     u = jax.nn.sigmoid(norm_u(x_proj[..., nh:2 * nh] + h_proj[..., nh:]))
     h_new = u * h + (1.0 - u) * h_tilde
@@ -227,7 +257,11 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
 
 
 def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
-  """The carry before step 1: ``h_0`` (zeros by default) and, for ``lam=1``, ``R_0 = 1``."""
+  """The carry before step 1: ``h_0`` (zeros by default) and, for ``lam=1``, ``R_0 = 1``.
+
+  ``h`` has ``dtype``; ``R`` has ``promote_types(dtype, float32)`` (the memory is
+  carried in at least float32 whatever the policy).
+  """
   if h0 is None:
     h = jnp.zeros(tuple(batch_shape) + (nh,), dtype)
     r = None
@@ -237,9 +271,10 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
     h, r = h0, None
   if not lam:
     return jnp.asarray(h, dtype)
+  rdtype = rotation_dtype(dtype)
   if r is None:
-    r = jnp.broadcast_to(jnp.eye(nh, dtype=dtype), jnp.shape(h)[:-1] + (nh, nh))
-  return jnp.asarray(r, dtype), jnp.asarray(h, dtype)
+    r = jnp.broadcast_to(jnp.eye(nh, dtype=rdtype), jnp.shape(h)[:-1] + (nh, nh))
+  return jnp.asarray(r, rdtype), jnp.asarray(h, dtype)
 
 
 # ----------------------------------------------------------------------- the scan
@@ -332,7 +367,11 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
   Returns:
     ``(final_state, hs)``: ``final_state`` is ``h_T`` for ``lam=0`` and ``(R_T, h_T)``
     for ``lam=1``; ``hs`` is <float>[*batch, T, Nh] (time-major if ``time_major``).
-    With ``return_cos``, ``(final_state, hs, cos)``.
+    With ``return_cos``, ``(final_state, hs, cos)``. ``hs`` and ``h_T`` have the dtype
+    of ``xs`` and ``params`` promoted together (bfloat16 in, bfloat16 out); ``R_T`` and
+    ``cos`` have that dtype promoted to float32 (float32 for bfloat16, float64 for
+    float64): the rotation path is computed in it, at ``Precision.HIGHEST``, so ``R_T``
+    stays orthogonal to float32 accuracy in any precision.
 
   Example::
 

@@ -5,30 +5,40 @@
 differentiates. Both compute the same function; ``tests/test_rum_fast.py`` checks values
 and gradients against each other.
 
-The rotation of a step in closed form. With ``a = e/|e|``, ``b = tau/|tau|`` (unit) and
-``d = a + b``::
-
-    Rotation(e, tau) = 1 - k d d^T + 2 b a^T,      k = 2 / |d|^2 = 1 / (1 + cos theta)
-
-It maps ``a`` to ``b``, ``b`` to ``2 cos(theta) b - a`` and is the identity orthogonal to
-``span(a, b)``, i.e. it is eq. (1). One step costs the input projection, the
-``(Nh, 2 Nh)`` matmul and a few O(Nh) dot products. Degenerate cases as in :mod:`rumjax.rotation`: ``e = 0`` or
-``tau = 0`` give the identity; (nearly) anti-parallel ``e``, ``tau`` (``|a + b|^2 <= eps``)
-rotate by exactly ``pi`` in the plane of ``a`` and a fallback direction orthogonal to it
-(the first or second coordinate axis, orthogonalised; the reference picks the axis least
-aligned with ``a``, so the two may differ there, both being rotations by pi that map
-``e`` to ``-e``). No gradient flows through the fallback plane; values and gradients
-stay finite. Not forward-mode differentiable (``jax.custom_vjp``): use
+The rotation of a step is :func:`rumjax.rotation.rotation_plane`, the same description
+of eq. (1) the reference uses, ``Rotation(e, tau) = 1 + U M U^T`` with ``U = (u, q)``
+(<B, N, 2>) and a 2 x 2 ``M``: one step costs the input projection, the ``(Nh, 2 Nh)``
+matmul, a few O(Nh) dot products and, for ``lam=1``, two passes over ``R``. Degenerate
+cases and the numerics near anti-parallel ``e``, ``tau`` are those of
+:mod:`rumjax.rotation` (values and gradients identical to the reference's, up to
+rounding): the rotation stays orthogonal to working precision up to and through
+``theta = pi``. (Until issue 26 this file used the closed form
+``1 - d d^T / (1 + cos theta) + 2 b a^T``, ``d = a + b``, which amplifies the rounding of
+``|a|, |b| != 1`` by ``1 / (1 + cos theta)``: max ``|R^T R - 1|`` reached 2.5e-4 in float32
+on small random cases.) Not forward-mode differentiable (``jax.custom_vjp``): use
 ``impl="reference"`` for ``jax.jvp`` / ``jacfwd``.
 
+Dtypes, as in :mod:`rumjax.rum`: the gate matmuls, the pre-activations and the hidden
+states have the computation dtype ``dtype`` (that of ``xs`` and the parameters);
+the plane, ``R``, its cotangent ``Q = dL/dR``, the saved ``R_{t-1} [u, q, Rot h]`` and
+``cos`` have ``promote_types(dtype, float32)``, with every O(Nh^2) product at
+``lax.Precision.HIGHEST``. The weight gradients are accumulated over the steps in
+``promote_types(dtype, float32)`` and returned in the parameters' dtype.
+
 What the backward pass keeps. The forward scan saves per step only ``h_t``, the
-pre-activations ``[tau_t | u'_t]`` and for ``lam=1`` ``R_{t-1} [d_t, b_t, Rot_t h_{t-1}]``
-(``3 Nh`` or ``6 Nh`` numbers per example); the backward scan recomputes the O(Nh)
-quantities of the step from them and applies the chain rule by hand (``_cell_bwd``),
-accumulating the weight gradients step by step. For ``lam=1`` the memory ``R_t`` is *not*
-saved: the backward scan starts from ``R_T`` and rebuilds ``R_{t-1} = R_t Rotation_t^T``
-(rotations are orthogonal) while it carries the cotangent ``Q_t = dL/dR_t``; so the memory
-of a training step grows only by O(T B Nh) with the length.
+pre-activations ``[tau_t | u'_t]`` and for ``lam=1`` ``R_{t-1} [u_t, q_t, Rot_t h_{t-1}]``
+(``3 Nh`` or ``6 Nh`` numbers per example). The backward scan recomputes the O(Nh)
+quantities of the step and differentiates them with ``jax.vjp`` of
+``(tau, e, h) -> (Rot h, plane)`` (:func:`_rotate`, O(B Nh) per step); only the head
+(gate, activation, time normalization) and the O(Nh^2) memory parts are written by hand.
+For ``lam=1`` the memory ``R_t`` is *not* saved: the backward scan starts from ``R_T``
+and rebuilds ``R_{t-1} = R_t Rot_t^T = R_t - (R_{t-1} U) M U^T`` (rotations are
+orthogonal) while it carries the cotangent ``Q_t = dL/dR_t``; so the memory of a
+training step grows only by O(T B Nh) with the length. With ``G = R_{t-1}^T Q_t``
+(never formed)::
+
+    dL/dU = G U M^T + G^T U M,   dL/dM = U^T G U = (R_{t-1} U)^T (Q_t U),
+    Q_{t-1} = Q_t Rot_t^T + w (Rot_t h_{t-1})^T,   w = dL/d(R_t h_{t-1}).
 
 Per step, ``lam=1`` reads or writes the ``B x Nh x Nh`` matrices 2 times forward (one
 product, one rank-2 update) and 5 times backward; on XLA:CPU these passes and the many
@@ -40,7 +50,10 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from rumjax.rotation import RotationPlane, apply_plane, rotation_dtype, rotation_plane
+
 Array = jax.Array
+HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _sum(x, y):
@@ -50,95 +63,26 @@ def _sum(x, y):
 # ------------------------------------------------------------------- per-step algebra
 
 
-class _Plane(NamedTuple):
-  ok: Array      # <bool>[B, 1] e != 0 and tau != 0
-  inv_ne: Array  # <float>[B, 1] 1/|e| (0 if e = 0)
-  inv_nt: Array  # <float>[B, 1] 1/|tau| (0 if not ok)
-  a_raw: Array   # <float>[B, N] e/|e| (0 if e = 0)
-  a: Array       # <float>[B, N] e/|e| (0 if not ok)
-  b: Array       # <float>[B, N] tau/|tau| (0 if not ok)
-  d: Array       # <float>[B, N] a + b (the fallback direction when anti-parallel)
-  dsq: Array     # <float>[B, 1] |a + b|^2 = 2 (1 + cos theta) (0 if not ok / anti-parallel)
-  k: Array       # <float>[B, 1] 2 / |d|^2
-  anti: Array    # <bool>[B, 1] exactly anti-parallel (fallback plane)
+def _rotate(tau, e, h):
+  """The plane of ``Rotation(e, tau)`` (eq. (1)) and ``Rot h``, in at least float32.
 
-
-def _inv_norm(x):
-  """``1/|x|`` along the last axis (keepdims) and ``|x| > 0``; 0 where ``x = 0``."""
-  sq = _sum(x, x)
-  ok = sq > 0
-  return jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0), ok
-
-
-def _fallback(a):
-  """A unit vector orthogonal to the unit vector ``a``, elementwise (no argmin).
-
-  The first coordinate axis if ``a_0^2 <= 1/2``, else the second, minus its component
-  along ``a``. Used only for exactly anti-parallel ``e`` and ``tau``, where any plane
-  containing ``a`` gives a rotation by pi that maps ``a`` to ``-a``.
+  The one description of the rotation (:func:`rumjax.rotation.rotation_plane`); the
+  backward pass differentiates this function with ``jax.vjp``.
   """
-  n = a.shape[-1]
-  if n < 2:
-    return jnp.zeros_like(a)
-  first = a[:, :1] * a[:, :1] <= 0.5
-  ai = jnp.where(first, a[:, :1], a[:, 1:2])
-  axis = jnp.where(first, 0, 1) == jax.lax.broadcasted_iota(jnp.int32, a.shape, 1)
-  sq = 1.0 - ai * ai
-  return jnp.where(sq > 0, (axis.astype(a.dtype) - ai * a) * jax.lax.rsqrt(
-      jnp.where(sq > 0, sq, 1.0)), 0.0)
+  plane = rotation_plane(e, tau)
+  return apply_plane(plane, h.astype(plane.u.dtype)), plane
 
 
-def _plane(tau, e):
-  """The closed form ``Rotation(e, tau) = 1 - k d d^T + 2 b a^T`` of one step."""
-  inv_ne, a_ok = _inv_norm(e)
-  inv_nt, t_ok = _inv_norm(tau)
-  ok = a_ok & t_ok
-  a_raw = e * inv_ne
-  inv_nt = jnp.where(ok, inv_nt, 0.0)
-  b = tau * inv_nt
-  a = jnp.where(ok, a_raw, 0.0)
-  d = a + b
-  dsq = _sum(d, d)
-  # (Nearly) anti-parallel: |a + b|^2 <= eps, i.e. theta within ~sqrt(eps) of pi, below
-  # the rounding noise of the plane itself. Rotate by exactly pi in the plane of a and the
-  # fallback direction (b := -a), which keeps the rotation orthogonal to working precision.
-  anti = ok & (dsq <= jnp.finfo(dsq.dtype).eps)
-  b = jnp.where(anti, -a, b)
-  d = jnp.where(anti, _fallback(a), d)
-  k = jnp.where(anti | (dsq <= 0), 2.0, 2.0 / jnp.where(dsq > 0, dsq, 1.0))
-  return _Plane(ok, inv_ne, inv_nt, a_raw, a, b, d, dsq, k, anti)
+def _m_rows(p: RotationPlane):
+  """``U M^T`` (<B, N> each): ``R Rot = R + (R u) r_u^T + (R q) r_q^T``."""
+  c = lambda m: m[:, None]
+  return c(p.m_uu) * p.u + c(p.m_uq) * p.q, c(p.m_qu) * p.u + c(p.m_qq) * p.q
 
 
-def _rot(p: _Plane, v):
-  """``Rotation v = v - k (d.v) d + 2 (a.v) b`` and the two dot products."""
-  dv, av = _sum(p.d, v), _sum(p.a, v)
-  return v - (p.k * dv) * p.d + (2.0 * av) * p.b, dv, av
-
-
-def _rot_grads(p: _Plane, h, dh_, ah, w):
-  """Cotangents of ``x = Rotation h`` given ``w = dL/dx``: (dL/dh, dL/dd, dL/db, dL/da).
-
-  ``dh_ = d.h`` and ``ah = a.h`` come from the forward computation of ``x``.
-  """
-  wd, wb = _sum(p.d, w), _sum(p.b, w)
-  dh = w - (p.k * wd) * p.d + (2.0 * wb) * p.a
-  dd = p.k * (p.k * dh_ * wd) * p.d - p.k * (wd * h + dh_ * w)
-  return dh, dd, (2.0 * ah) * w, (2.0 * wb) * h
-
-
-def _plane_to_inputs(p: _Plane, dd, db, da):
-  """Cotangents of ``tau`` and ``e`` (through ``a = e/|e|``) from those of d, b, a."""
-  dd = jnp.where(p.anti, 0.0, dd)
-  db = jnp.where(p.anti, 0.0, db + dd)      # anti-parallel: b = -a does not follow tau
-  da = jnp.where(p.ok, da + dd, 0.0)
-  dtau = p.inv_nt * (db - p.b * _sum(p.b, db))
-  de = p.inv_ne * (da - p.a_raw * _sum(p.a_raw, da))
-  return dtau, de
-
-
-def _cos(p: _Plane):
-  """``cos(theta)`` as in :func:`rumjax.rotation.rotation_plane` (1 when not defined)."""
-  return jnp.where(p.ok, 0.5 * p.dsq - 1.0, 1.0)[..., 0]
+def _m_cols(p: RotationPlane):
+  """``U M`` (<B, N> each): ``Q Rot^T = Q + (Q u) c_u^T + (Q q) c_q^T``."""
+  c = lambda m: m[:, None]
+  return c(p.m_uu) * p.u + c(p.m_qu) * p.q, c(p.m_uq) * p.u + c(p.m_qq) * p.q
 
 
 class _Cfg(NamedTuple):
@@ -151,20 +95,24 @@ class _Cfg(NamedTuple):
 
 
 def _head(cfg: _Cfg, h, pre, e, rh):
-  """``h~ = f(e + R h)``, the gate and the time normalization; returns (h_t, aux)."""
+  """``h~ = f(e + R h)``, the gate and the time normalization; returns (h_t, aux).
+
+  In the dtype of ``e`` (``rh`` is rounded to it); the norm of ``h'`` in at least float32.
+  """
   n = h.shape[-1]
-  z = e + rh
+  z = e + rh.astype(e.dtype)
   ht = cfg.activation(z)
   hn, ug = ht, None
   if cfg.update_gate:
     ug = jax.nn.sigmoid(pre[:, n:])
     hn = ht + ug * (h - ht)
   hp = hn
-  sq = inv = None
+  inv = None
   if cfg.eta is not None:
-    sq = _sum(hn, hn)
+    hp32 = hp.astype(rotation_dtype(hp))
+    sq = _sum(hp32, hp32)
     inv = jnp.where(sq > 0, jax.lax.rsqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
-    hn = (cfg.eta * inv) * hp
+    hn = ((cfg.eta * inv) * hp32).astype(hp.dtype)
   return hn, (z, ht, ug, hp, inv)
 
 
@@ -172,8 +120,8 @@ def _head_bwd(cfg: _Cfg, h, aux, g):
   """Cotangents of (h_{t-1} via the gate, u' pre-activation, z) given ``g = dL/dh_t``."""
   z, ht, ug, hp, inv = aux
   if cfg.eta is not None:
-    hu = hp * inv
-    g = (cfg.eta * inv) * (g - hu * _sum(hu, g))
+    hu, g32 = hp.astype(inv.dtype) * inv, g.astype(inv.dtype)
+    g = ((cfg.eta * inv) * (g32 - hu * _sum(hu, g32))).astype(g.dtype)
   if cfg.update_gate:
     dht = g - ug * g
     dgate = (g * (h - ht)) * (ug * (1.0 - ug))
@@ -187,7 +135,8 @@ def _head_bwd(cfg: _Cfg, h, aux, g):
 
 def _rows(v, m):
   """``v_k^T m`` for the rows ``v_k`` of ``v``: <B, k, N>, <B, N, N> -> <B, k, N>."""
-  return jnp.einsum("bkj,bji->bki", jax.lax.optimization_barrier(v), m)
+  return jnp.einsum("bkj,bji->bki", jax.lax.optimization_barrier(v), m,
+                    precision=HIGHEST)
 
 
 def _cols(m, v):
@@ -195,11 +144,12 @@ def _cols(m, v):
 
   (The <B, N, k> output layout is ~25% faster than <B, k, N> on XLA:CPU.)
   """
-  return jnp.einsum("bij,bkj->bik", m, jax.lax.optimization_barrier(v))
+  return jnp.einsum("bij,bkj->bik", m, jax.lax.optimization_barrier(v),
+                    precision=HIGHEST)
 
 
 def _rank_update(m, lefts, rights):
-  """``m + sum_i l_i r_i^T`` for a batch, in one pass over ``m``.
+  """``m + sum_i l_i r_i^T`` for a batch, in one pass over ``m`` (elementwise).
 
   The factors are materialised first (``optimization_barrier``): XLA:CPU would otherwise
   recompute them for every element of ``m``, several times slower.
@@ -216,7 +166,7 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   """One step of Algorithm 1 from ``h_{t-1}`` and the input ``x_t``.
 
   ``read(v)`` returns ``R_{t-1} v_k`` for the rows of ``v`` (``lam=1``). Returns
-  ``h_t``, the pre-activations ``[tau | u']``, the plane and ``R_{t-1} [d, b, Rot h]``.
+  ``h_t``, the pre-activations ``[tau | u']``, the plane and ``R_{t-1} [u, q, Rot h]``.
   """
   kernel_x, bias, kernel_h = params
   n = kernel_h.shape[0]
@@ -225,16 +175,15 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   xp = x @ kernel_x + bias
   pre = xp[:, :2 * n] + h @ kernel_h
   e = xp[:, 2 * n:]
-  p = _plane(pre[:, :n], e)
-  x, _, _ = _rot(p, h)
-  y = read(jnp.stack([p.d, p.b, x], 1)) if cfg.lam else None
+  x, p = _rotate(pre[:, :n], e, h)
+  y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
   hn, _ = _head(cfg, h, pre, e, y[:, 2] if cfg.lam else x)
   return hn, pre, p, y
 
 
 def _outputs(cfg, save, hn, pre, p, y):
   out = (hn,) + ((pre,) + ((y,) if cfg.lam else ()) if save else ())
-  return out + ((_cos(p),) if cfg.return_cos else ())
+  return out + ((p.cos,) if cfg.return_cos else ())
 
 
 def _forward_lam0(cfg: _Cfg, params, xs, h0, save: bool):
@@ -248,8 +197,8 @@ def _forward_lam1(cfg: _Cfg, params, xs, carry0, save: bool):
   def step(carry, x):
     s, h = carry                                   # s = R_{t-1}^T (row products are faster)
     hn, pre, p, y = _cell(cfg, params, h, x, lambda v: _rows(v, s))
-    # R_t = R_{t-1} Rotation_t = R_{t-1} - k (R_{t-1} d) d^T + 2 (R_{t-1} b) a^T, transposed.
-    s = _rank_update(s, [p.d, p.a], [-p.k * y[:, 0], 2.0 * y[:, 1]])
+    # R_t = R_{t-1} Rot_t = R_{t-1} + (R_{t-1} u) r_u^T + (R_{t-1} q) r_q^T, transposed.
+    s = _rank_update(s, list(_m_rows(p)), [y[:, 0], y[:, 1]])
     return (s, hn), _outputs(cfg, save, hn, pre, p, y)
 
   r0, h0 = carry0
@@ -280,44 +229,47 @@ def _fwd(cfg, params, xs, carry0):
 # ----------------------------------------------------------------------- backward
 
 
-def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, p, g, dcos, y=None, memory=None):
+def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
   """The chain rule through one step, given ``g = dL/dh_t``.
 
-  ``memory(w, x)`` (``lam=1``) handles ``R_{t-1}``: given ``w = dL/d(R_{t-1} x)`` it
-  returns ``dL/dx``, the extra cotangents of ``d``, ``b``, ``a`` and something to pass on
-  (``aux``). Returns ``dL/dh_{t-1}``, the cotangent of the input projection
-  ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
+  ``memory(w, x, p)`` (``lam=1``) handles ``R_{t-1}``: given ``w = dL/d(R_{t-1} x)``
+  it returns ``dL/dx``, the cotangents of ``u``, ``q`` and ``M`` through ``R_t`` and
+  something to pass on (``aux``). Returns ``dL/dh_{t-1}``, the cotangent of the input
+  projection ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
   """
-  x, dh_, ah = _rot(p, h)
+  n = h.shape[-1]
+  (x, p), rot_vjp = jax.vjp(_rotate, pre[:, :n], e, h)
   _, aux = _head(cfg, h, pre, e, y[:, 2] if cfg.lam else x)
   dh_gate, dgate, w = _head_bwd(cfg, h, aux, g)
+  w = w.astype(x.dtype)
+  zero = jnp.zeros_like(p.cos)
   if cfg.lam:
-    dx, extra, aux = memory(w, x)
-    dh, dd, db, da = _rot_grads(p, h, dh_, ah, dx)
-    dd, db, da = dd + extra[0], db + extra[1], da + extra[2]
+    dx, (du, dq, dms), aux = memory(w, x, p)
   else:
-    dh, dd, db, da = _rot_grads(p, h, dh_, ah, w)
-    aux = None
-  if cfg.return_cos:
-    dd = dd + jnp.where(p.ok, dcos[:, None], 0.0) * p.d
-  dtau, de = _plane_to_inputs(p, dd, db, da)
+    dx, du, dq, dms, aux = w, jnp.zeros_like(p.u), jnp.zeros_like(p.q), (zero,) * 4, None
+  dcos = dcos if cfg.return_cos else zero
+  dtau, de, dh = rot_vjp((dx, RotationPlane(du, dq, *dms, dcos, zero)))
   if cfg.update_gate:
     dh = dh + dh_gate
   else:
     dgate = jnp.zeros_like(dtau)
   dpre = jnp.concatenate([dtau, dgate], axis=-1)
-  return dh + dpre @ kernel_h.T, jnp.concatenate([dpre, de + w], axis=-1), aux
+  dz = w.astype(de.dtype)
+  return dh + dpre @ kernel_h.T, jnp.concatenate([dpre, de + dz], axis=-1), aux
 
 
 def _accumulate(params, acc, h, x, dxp):
-  """Adds one step's weight gradients to ``acc``; returns it and ``dL/dx_t``.
+  """Adds one step's weight gradients to ``acc`` (at least float32); returns it and
+  ``dL/dx_t``.
 
   (Per step, not one matmul after the scan: that would write and read back T B 3Nh
   numbers, slower at the synthetic tasks' shapes.)"""
   kernel_x, _, kernel_h = params
   dkx, db, dkh = acc
   n = kernel_h.shape[0]
-  acc = (dkx + x.T @ dxp, db + jnp.sum(dxp, axis=0), dkh + h.T @ dxp[:, :2 * n])
+  mm = lambda a, b: jnp.matmul(a, b, preferred_element_type=dkx.dtype)
+  acc = (dkx + mm(x.T, dxp), db + jnp.sum(dxp.astype(db.dtype), axis=0),
+         dkh + mm(h.T, dxp[:, :2 * n]))
   return acc, dxp @ kernel_x.T
 
 
@@ -330,8 +282,7 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
     t, pre, x, ghs, dcos = inp
     h = h_prev(t)
     e = x @ kernel_x[:, 2 * n:] + bias[2 * n:]
-    p = _plane(pre[:, :n], e)
-    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, e, p, dh_next + ghs, dcos)
+    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, e, dh_next + ghs, dcos)
     acc, dx = _accumulate(params, acc, h, x, dxp)
     return (dh, acc), dx
 
@@ -342,8 +293,8 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
 
 def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
   """The backward scan carries ``R_t`` and ``Q_t = dL/dR_t``: it rebuilds
-  ``R_{t-1} = R_t Rotation_t^T = R_t + k (R_{t-1} d) d^T - 2 (R_{t-1} b) a^T`` from the
-  saved ``R_{t-1} [d, b]`` and accumulates ``Q_{t-1} = Q_t Rotation_t^T + w x^T``."""
+  ``R_{t-1} = R_t Rot_t^T = R_t - (R_{t-1} u) r_u^T - (R_{t-1} q) r_q^T`` from the saved
+  ``R_{t-1} [u, q]`` and accumulates ``Q_{t-1} = Q_t Rot_t^T + w x^T``."""
   kernel_x, bias, kernel_h = params
   n = kernel_h.shape[0]
 
@@ -352,23 +303,27 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
     t, pre, x_in, ghs, dcos, y = inp
     h = h_prev(t)
     e = x_in @ kernel_x[:, 2 * n:] + bias[2 * n:]
-    p = _plane(pre[:, :n], e)
-    rd, rb = y[:, 0], y[:, 1]                       # R_{t-1} d, R_{t-1} b
-    r_prev = _rank_update(r, [p.k * rd, -2.0 * rb], [p.d, p.a])
+    ru, rq = y[:, 0], y[:, 1]                       # R_{t-1} u, R_{t-1} q
 
-    def memory(w, x):
-      qv = _cols(q, jnp.stack([p.d, p.a], 1))       # Q d, Q a
-      qd, qa = qv[..., 0], qv[..., 1]
-      gt = _rows(y[:, :2], q)                       # G^T d, G^T b with G = R_{t-1}^T Q
-      v = _rows(jnp.stack([w, qd, qa], 1), r_prev)  # R_{t-1}^T [w, Q d, Q a]
-      dd = -p.k * (v[:, 1] + gt[:, 0]) + (p.k * p.k * _sum(rd, qd)) * p.d
+    def memory(w, x, p):
+      row_u, row_q = _m_rows(p)
+      r_prev = _rank_update(r, [-ru, -rq], [row_u, row_q])
+      qv = _cols(q, jnp.stack([p.u, p.q], 1))       # Q u, Q q
+      qu, qq = qv[..., 0], qv[..., 1]
+      gt = _rows(y[:, :2], q)                       # G^T u, G^T q with G = R_{t-1}^T Q
+      v = _rows(jnp.stack([w, qu, qq], 1), r_prev)  # R_{t-1}^T [w, Q u, Q q] = [., G u, G q]
+      c = lambda m: m[:, None]
+      du = (v[:, 1] + gt[:, 0]) * c(p.m_uu) + v[:, 2] * c(p.m_uq) + gt[:, 1] * c(p.m_qu)
+      dq = (v[:, 2] + gt[:, 1]) * c(p.m_qq) + v[:, 1] * c(p.m_qu) + gt[:, 0] * c(p.m_uq)
+      dms = tuple(jnp.sum(a * b, axis=-1) for a, b in ((ru, qu), (ru, qq), (rq, qu), (rq, qq)))
+      col_u, col_q = _m_cols(p)
       # "+ 0 * gt": the update of Q waits for both products that read Q, so that XLA
       # updates Q in place instead of copying it every step.
-      q_prev = _rank_update(q, [-p.k * qd, 2.0 * qa, w + 0.0 * gt[:, 0]], [p.d, p.b, x])
-      return v[:, 0], (dd, 2.0 * v[:, 2], 2.0 * gt[:, 1]), q_prev
+      q_prev = _rank_update(q, [qu, qq, w + 0.0 * gt[:, 0]], [col_u, col_q, x])
+      return v[:, 0], (du, dq, dms), (r_prev, q_prev)
 
-    dh, dxp, q_prev = _cell_bwd(cfg, kernel_h, h, pre, e, p, dh_next + ghs, dcos, y,
-                                memory)
+    dh, dxp, (r_prev, q_prev) = _cell_bwd(cfg, kernel_h, h, pre, e, dh_next + ghs, dcos,
+                                          y, memory)
     acc, dx = _accumulate(params, acc, h, x_in, dxp)
     return (r_prev, q_prev, dh, acc), dx
 
@@ -381,19 +336,21 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
 def _bwd(cfg, res, cts):
   params, xs, h0, hs, pre, ys, r_final = res
   ct_final, ct_hs = cts[0], cts[1]
-  ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], xs.dtype)
+  rdtype = rotation_dtype(xs)
+  ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], rdtype)
   inp = (jnp.arange(xs.shape[0]), pre, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
     return jnp.where(t > 0, jax.lax.dynamic_index_in_dim(hs, jnp.maximum(t - 1, 0), 0,
                                                          False), h0)
 
-  acc = jax.tree.map(jnp.zeros_like, params)
+  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, rotation_dtype(p)), params)
   if cfg.lam:
     d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp + (ys,), h_prev, acc, r_final,
-                                         ct_final)
+                                   ct_final)
   else:
     d_carry0, acc, dxs = _bwd_lam0(cfg, params, inp, h_prev, acc, ct_final)
+  acc = jax.tree.map(lambda a, p: a.astype(p.dtype), acc, params)
   return acc, dxs, d_carry0
 
 
@@ -411,14 +368,16 @@ def fast_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
 
   Args:
     params: the RUM parameters ``{"kernel_x", "kernel_h", "bias"}``.
-    xs: <float>[T, B, Nx] the inputs (time-major, one batch axis).
-    carry0: ``h_0`` <float>[B, Nh] or, for ``lam=1``, ``(R_0, h_0)``.
+    xs: <float>[T, B, Nx] the inputs (time-major, one batch axis), in the dtype of
+      the parameters.
+    carry0: ``h_0`` <float>[B, Nh] or, for ``lam=1``, ``(R_0, h_0)`` with ``R_0`` in
+      ``promote_types(dtype, float32)``.
     lam, eta, activation, update_gate, unroll, return_cos: as in ``rum_scan``
       (validated; ``activation`` a callable, applied elementwise).
 
   Returns:
     ``(final_state, hs)`` or ``(final_state, hs, cos)`` with ``hs`` <float>[T, B, Nh]
-    and ``cos`` <float>[T, B].
+    (the dtype of ``xs``) and ``cos`` <float>[T, B] (at least float32).
   """
   cfg = _Cfg(lam, eta, activation, bool(update_gate), unroll, bool(return_cos))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
@@ -441,8 +400,8 @@ def reconstruct_initial_memory(params, xs, carry0, *, eta: Optional[float] = Non
   def undo(r, inp):
     pre_t, x_t, y_t = inp
     e = x_t @ p[0][:, 2 * n:] + p[1][2 * n:]
-    pl = _plane(pre_t[:, :n], e)
-    return _rank_update(r, [pl.k * y_t[:, 0], -2.0 * y_t[:, 1]], [pl.d, pl.a]), None
+    pl = rotation_plane(e, pre_t[:, :n])
+    return _rank_update(r, [-y_t[:, 0], -y_t[:, 1]], list(_m_rows(pl))), None
 
   r0, _ = jax.lax.scan(undo, r_final, (pre, xs, ys), reverse=True)
   return r0

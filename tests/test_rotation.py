@@ -121,10 +121,11 @@ def test_check_grads_generic():
 
 
 def test_dtypes_follow_inputs():
+  """rotate follows its inputs; the rotation itself is at least float32 (issue 26)."""
   for dtype in (jnp.float32, jnp.bfloat16):
     a, b, h = (jnp.asarray(_random(s, 4), dtype) for s in (1, 2, 3))
     assert rotate(a, b, h).dtype == dtype
-    assert rotation_matrix(a, b).dtype == dtype
+    assert rotation_matrix(a, b).dtype == jnp.float32
   with enable_x64():
     a, b, h = (jnp.asarray(_random(s, 4)) for s in (1, 2, 3))
     assert rotate(a, b, h).dtype == jnp.float64
@@ -150,3 +151,21 @@ def test_property_orthogonal_and_norm_preserving(n, batch, seed):
   np.testing.assert_allclose(norm_out, jnp.linalg.norm(h, axis=-1), rtol=2e-5)
   np.testing.assert_allclose(r_ua,
                              b / jnp.linalg.norm(b, axis=-1, keepdims=True), atol=2e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_orthogonal_up_to_and_through_antiparallel(jit):
+  """b = -a + delta noise: R stays orthogonal to float32 accuracy and maps a^ to b^, also
+  for delta = 0 under jit (where the computed orthogonal part of b is rounding noise)."""
+  rng = np.random.default_rng(26)
+  deltas = np.array([0.0, 1e-9, 1e-7, 1e-6, 3e-6, 1e-5, 1e-4, 1e-3, 1e-1])
+  a = rng.normal(size=(len(deltas), 7))
+  b = -a * rng.uniform(0.5, 2.0, size=(len(deltas), 1)) + deltas[:, None] * rng.normal(
+      size=a.shape)
+  a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+  fn = jax.jit(rotation_matrix) if jit else rotation_matrix
+  r = np.asarray(fn(a, b), np.float64)
+  np.testing.assert_allclose(r @ np.swapaxes(r, -1, -2),
+                             np.broadcast_to(np.eye(7), r.shape), atol=1e-6)
+  unit = lambda x: np.asarray(x, np.float64) / np.linalg.norm(x, axis=-1, keepdims=True)
+  np.testing.assert_allclose(np.einsum("bij,bj->bi", r, unit(a)), unit(b), atol=1e-5)

@@ -140,10 +140,11 @@ def test_zero_hidden_state_with_eta_is_finite():
 
 
 def test_dtype_follows_inputs():
+  """Hidden states follow the inputs; the memory R is at least float32 (issue 26)."""
   for dtype in (jnp.float32, jnp.bfloat16):
     params = _params(15, 3, 4, dtype)
     final, hs = rumjax.rum_scan(params, _xs(16, 2, 5, 3, dtype=dtype), lam=1, eta=1.0)
-    assert hs.dtype == dtype and final[0].dtype == dtype
+    assert hs.dtype == final[1].dtype == dtype and final[0].dtype == jnp.float32
     assert np.all(np.isfinite(np.asarray(hs, np.float32)))
   with enable_x64():
     params = _params(15, 3, 4, jnp.float64)

@@ -38,6 +38,13 @@ class RUMCell(nn.RNNCellBase):
       ``zoneout * h_{t-1} + (1 - zoneout) * h_t`` is used. Under ``nn.RNN`` pass
       ``split_rngs={"params": False, "dropout": True}`` so the mask differs per step.
     deterministic: evaluation mode for zoneout.
+    dtype: the computation dtype (Flax's policy): the gate matmuls, ``tau``, ``u``,
+      ``e`` and the hidden state ``h`` (carry and output). ``None``: inferred from the
+      inputs, the parameters and ``h``. The rotation path (normalised vectors, cos/sin,
+      ``R_t = R_{t-1} Rotation(e, tau)``) is computed in ``promote_types(dtype,
+      float32)`` at ``Precision.HIGHEST`` and the memory ``R`` is carried in it (float32
+      for bfloat16), so it stays orthogonal to float32 accuracy (:mod:`rumjax.rum`).
+    param_dtype: the dtype of the parameters (float32 by default).
 
   ``cos(theta_t)``, the cosine of the angle between the cell's ``e_t`` and ``tau_t``
   (after layer norm, if any), is sown as ``intermediates/.../cell/cos_theta``,
@@ -87,10 +94,12 @@ class RUMCell(nn.RNNCellBase):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (nx, 3 * nh), self.param_dtype)
     kernel_h = self.param("kernel_h", self.kernel_h_init, (nh, 2 * nh), self.param_dtype)
     bias = self.param("bias", self.bias_init, (3 * nh,), self.param_dtype)
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, *jax.tree.leaves(carry),
-                                         dtype=self.dtype)
-    inputs, kernel_x, kernel_h, bias, carry = jax.tree.map(
-        lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, carry))
+    r, h = carry if self.lam else (None, carry)
+    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=self.dtype)
+    inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
+        lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
+    # The memory R stays in at least float32 (never rounded to a bfloat16 policy).
+    carry = (jnp.asarray(r, rum_lib.rotation_dtype(dtype)), h) if self.lam else h
     norms = {}
     if self.layer_norm:
       ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
@@ -110,12 +119,17 @@ class RUMCell(nn.RNNCellBase):
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):
-    """``h_0 = 0`` (and ``R_0 = 1`` for ``lam=1``) for inputs of shape ``(..., N_x)``."""
+    """``h_0 = 0`` (and ``R_0 = 1`` for ``lam=1``) for inputs of shape ``(..., N_x)``.
+
+    ``h_0`` has ``dtype`` (``param_dtype`` if ``dtype`` is None), ``R_0`` that dtype
+    promoted to float32 (float32 for bfloat16).
+    """
     batch = tuple(input_shape[:-1])
-    h = self.carry_init(rng, batch + (self.features,), self.param_dtype)
+    h_dtype = self.dtype or self.param_dtype
+    h = self.carry_init(rng, batch + (self.features,), h_dtype)
     if not self.lam:
       return h
-    eye = jnp.eye(self.features, dtype=self.param_dtype)
+    eye = jnp.eye(self.features, dtype=rum_lib.rotation_dtype(h_dtype))
     return jnp.broadcast_to(eye, batch + eye.shape), h
 
   @property

@@ -23,7 +23,8 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from rumjax.cells.base import DTYPES   # the one table of policy names (cells use it too)
+
 FIELDS = ("dtype", "param_dtype")
 
 
