@@ -327,7 +327,8 @@ def test_fast_slow_from_config_passes_the_policy():
     fast_slow_from_config(dict(fast_size=N, slow_cell="goru", slow_size=4, dtype="fp8"))
 
 
-@pytest.mark.parametrize("composite", ["stacked", "fast_slow"])
+@pytest.mark.parametrize("composite", ["stacked", pytest.param("fast_slow",
+                                                                marks=pytest.mark.slow)])
 def test_composite_dtype_field_reaches_every_sub_cell(composite):
   if composite == "stacked":
     cell = StackedCells((make_cell("fwln", N), make_cell("urnn", N)), dtype=jnp.bfloat16)

@@ -107,7 +107,8 @@ def _slow_if(names, *slow):
   return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in names]
 
 
-@pytest.mark.parametrize("name", _slow_if(models.MODELS.names(), "pointer_generator"))
+@pytest.mark.parametrize("name", _slow_if(models.MODELS.names(), "pointer_generator",
+                                          "lstmn", "lstmn_shallow", "lstmn_deep", "bilstm"))
 def test_every_model_trains_in_bfloat16_with_float32_params_and_loss(name):
   model, params, loss, outputs, grads, hlo = _loss_and_grads(name, "bfloat16")
   assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
@@ -121,7 +122,8 @@ def test_every_model_trains_in_bfloat16_with_float32_params_and_loss(name):
   assert "bf16" in hlo   # the computation did run in bfloat16
 
 
-@pytest.mark.parametrize("name", ["tagger", "lm", "pointer_generator", "lstmn", "transformer"])
+@pytest.mark.parametrize("name", _slow_if(["tagger", "lm", "pointer_generator", "lstmn",
+                                           "transformer"], "pointer_generator", "lstmn"))
 def test_float32_policy_is_the_default_computation(name):
   """``dtype="float32"`` gives exactly what a config without the field gives."""
   m, kwargs, batch = _tiny(name, "float32")
@@ -144,7 +146,7 @@ def test_the_cell_gets_the_policy(cell):
 
 
 @pytest.mark.parametrize("name", _slow_if(["tagger", "classifier", "lm", "pointer_generator"],
-                                          "pointer_generator"))
+                                          "pointer_generator", "lm"))
 def test_rum_models_in_bfloat16(name):
   """RUM (lam=1) through rum_scan (tagger, classifier, lm) and nn.RNN (pointer-generator)."""
   _, params, loss, _, grads, hlo = _loss_and_grads(name, "bfloat16", "rum")
