@@ -305,12 +305,8 @@ def prepare(version: str, task: int, manual_dir: str = "", data_dir: str = "") -
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
   paths = relative_paths(version, task)
   record = prepare_lib.source_record(manual_dir, paths.values()) if manual_dir else None
-  config = prepare_lib.sourced_config(Babi.builder_configs[name], record)
-  builder = prepare_lib.prepare(
-      lambda: Babi(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                   if data_dir else None, file_format="array_record",
-                   allow_download=not manual_dir),
-      manual_dir, record=record, dataset=f"bAbI {name}")
+  builder = prepare_lib.prepare_sourced(Babi, Babi.builder_configs[name], manual_dir, data_dir,
+                                        record=record, dataset=f"bAbI {name}")
   root = manual_dir or f"the downloaded {ARCHIVE_ROOT}"
   prepare_lib.warn_counts(
       f"bAbI {name}", {s: builder.info.splits[s].num_examples for s in SPLIT_FILES},

@@ -465,12 +465,8 @@ def prepare(task: str, manual_dir: str = "", data_dir: str = "") -> Clue:
     names = [str(inner / n) if str(inner) != "." else n
              for n in (*FILE_NAMES.values(), LABELS_FILE)]
     record = prepare_lib.source_record(manual_dir, names)
-  config = prepare_lib.sourced_config(Clue.builder_configs[task], record)
-  builder = prepare_lib.prepare(
-      lambda: Clue(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                   if data_dir else None, file_format="array_record",
-                   allow_download=not manual_dir),
-      manual_dir, record=record, dataset=f"CLUE {task}")
+  builder = prepare_lib.prepare_sourced(Clue, Clue.builder_configs[task], manual_dir, data_dir,
+                                        record=record, dataset=f"CLUE {task}")
   if task in NUM_EXAMPLES:
     root = (builder.info.metadata or {}).get("source_dir") or "<the download>"
     prepare_lib.warn_counts(

@@ -489,12 +489,9 @@ def prepare(manual_dir: str = "", data_dir: str = "", *, allow_missing_stories: 
         manual_dir, [f"{URL_LIST_FOLDER}/{n}" for n in URL_LISTS.values()])
     record.update({f"{f}/": prepare_lib.folder_digest(epath.Path(manual_dir) / f,
                                                       STORY_SUFFIX) for f in STORY_FOLDERS})
-  config = prepare_lib.sourced_config(CnnDailymail.builder_configs[name], record)
-  builder = prepare_lib.prepare(
-      lambda: CnnDailymail(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                           if data_dir else None, file_format="array_record",
-                           allow_download=not manual_dir),
-      manual_dir, record=record, dataset="CNN/DailyMail")
+  builder = prepare_lib.prepare_sourced(CnnDailymail, CnnDailymail.builder_configs[name],
+                                        manual_dir, data_dir, record=record,
+                                        dataset="CNN/DailyMail")
   return builder
 
 

@@ -245,6 +245,21 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
   return builder
 
 
+def prepare_sourced(builder_cls: type, config: tfds.core.BuilderConfig, manual_dir: str,
+                    data_dir: str, *, record: Optional[Mapping], dataset: str
+                    ) -> tfds.core.DatasetBuilder:
+  """:func:`prepare` of ``builder_cls`` under ``sourced_config(config, record)``: array_record
+  files in ``data_dir`` (``""``: TFDS's default folder), downloading only without
+  ``manual_dir`` (for an :class:`AllowDownload` builder). What every builder's ``prepare``
+  shares."""
+  config = sourced_config(config, record)
+  data_dir = str(epath.Path(data_dir).expanduser()) if data_dir else None
+  options = {"allow_download": not manual_dir} if issubclass(builder_cls, AllowDownload) else {}
+  return prepare(lambda: builder_cls(config=config, data_dir=data_dir,
+                                     file_format="array_record", **options),
+                 manual_dir, record=record, dataset=dataset)
+
+
 def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
                 missing: Callable[[Any, str], str]):
   """The folder of a builder's source files: ``manual_dir`` if it exists and is not empty,

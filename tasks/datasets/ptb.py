@@ -257,11 +257,8 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
   record = (prepare_lib.source_record(manual_dir, file_names(level).values())
             if manual_dir else None)
-  config = prepare_lib.sourced_config(Ptb.builder_configs[level], record)
-  builder = prepare_lib.prepare(
-      lambda: Ptb(config=config, data_dir=str(epath.Path(data_dir).expanduser()) if data_dir
-                  else None, file_format="array_record", allow_download=not manual_dir),
-      manual_dir, record=record, dataset=f"PTB {level}")
+  builder = prepare_lib.prepare_sourced(Ptb, Ptb.builder_configs[level], manual_dir, data_dir,
+                                        record=record, dataset=f"PTB {level}")
   prepare_lib.warn_counts(
       f"PTB {level}", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_LINES,
       what="lines", files={s: source_file(manual_dir, level, s) for s in SPLITS})

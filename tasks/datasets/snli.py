@@ -256,13 +256,8 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
   record = (prepare_lib.source_record(
       manual_dir, [FILE_STEMS[s] + x for s in SPLITS for x in SUFFIXES])
             if manual_dir else None)
-  config = (prepare_lib.sourced_config(Snli.builder_configs["default"], record)
-            if record is not None else None)
-  builder = prepare_lib.prepare(
-      lambda: Snli(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                   if data_dir else None, file_format="array_record",
-                   allow_download=not manual_dir),
-      manual_dir, record=record, dataset="SNLI")
+  builder = prepare_lib.prepare_sourced(Snli, Snli.builder_configs["default"], manual_dir,
+                                        data_dir, record=record, dataset="SNLI")
   root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
   prepare_lib.warn_counts(
       "SNLI", {s: builder.info.splits[s].num_examples for s in available_splits(builder)},

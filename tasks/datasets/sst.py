@@ -206,13 +206,8 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
   """
   manual_dir = str(epath.Path(manual_dir).expanduser()) if manual_dir else ""
   record = prepare_lib.source_record(manual_dir, FILE_NAMES.values()) if manual_dir else None
-  config = (prepare_lib.sourced_config(Sst.builder_configs["default"], record)
-            if record is not None else None)
-  builder = prepare_lib.prepare(
-      lambda: Sst(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                  if data_dir else None, file_format="array_record",
-                  allow_download=not manual_dir),
-      manual_dir, record=record, dataset="SST")
+  builder = prepare_lib.prepare_sourced(Sst, Sst.builder_configs["default"], manual_dir,
+                                        data_dir, record=record, dataset="SST")
   root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
   prepare_lib.warn_counts(
       "SST", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_SENTENCES,

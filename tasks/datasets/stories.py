@@ -319,12 +319,9 @@ def prepare(manual_dir: str, data_dir: str = "", name: str = "") -> Stories:
   manual_dir = str(epath.Path(manual_dir).expanduser())
   name = name or config_name(manual_dir)
   record = prepare_lib.source_record(manual_dir, FILE_NAMES.values())
-  config = prepare_lib.sourced_config(
-      StoriesConfig(name=name, description=f"stories from {manual_dir}"), record)
-  return prepare_lib.prepare(
-      lambda: Stories(config=config, data_dir=str(epath.Path(data_dir).expanduser())
-                      if data_dir else None, file_format="array_record"),
-      manual_dir, record=record, dataset=f"Stories {name}")
+  return prepare_lib.prepare_sourced(
+      Stories, StoriesConfig(name=name, description=f"stories from {manual_dir}"), manual_dir,
+      data_dir, record=record, dataset=f"Stories {name}")
 
 
 def _plain(row: Mapping) -> dict:
