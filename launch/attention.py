@@ -9,7 +9,7 @@ r"""The intra-attention of a trained LSTMN on one sentence (Cheng et al., 2016, 
 tokenised by the task (``task.sentence_batch``: SST's lower-cased treebank tokens; words
 not in the run's vocabulary are ``<unk>``), read by the model's LSTMN
 (:func:`rumjax.models.text_classifier.intra_attention`), and ``--layer``'s weights are drawn
-by :func:`rumjax.plotting_attention.plot_intra_attention`. For SNLI the sentence is the
+by :func:`rumjax.plotting.attention.plot_intra_attention`. For SNLI the sentence is the
 premise (and the hypothesis, unless ``--hypothesis``); ``--role=hypothesis`` draws the
 hypothesis encoder's attention (``lstmn`` only).
 """
@@ -20,7 +20,9 @@ import numpy as np
 from absl import app, flags, logging
 
 import tasks
-from rumjax import landscape, plotting_attention, utils
+from rumjax import utils
+from rumjax.analysis import landscape
+from rumjax.plotting import attention as plotting_attention
 from rumjax.models import text_classifier
 
 PAPER_SENTENCE = "it 's tough to watch but it 's a fantastic movie"

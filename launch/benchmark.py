@@ -88,7 +88,7 @@ from absl import app, flags
 
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing
 from rumjax.cells.base import DTYPES, resolve_dtype
-from rumjax.training import sharding
+from rumjax import sharding
 from tasks import ptb
 
 FLAGS = flags.FLAGS

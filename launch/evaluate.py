@@ -53,9 +53,9 @@ def setup():
   """(the run's config, its task, the checkpoint directory) from the flags, CPU devices
   set; one-line exit on bad input. Shared with ``launch.predict``."""
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  from rumjax import training
+  from rumjax import sharding
   try:
-    training.sharding.use_cpu_devices(FLAGS.cpu_devices)
+    sharding.use_cpu_devices(FLAGS.cpu_devices)
     config = FLAGS.config
     task = tasks.get_task(config.task)
     task.validate_config(config)

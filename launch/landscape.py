@@ -8,7 +8,7 @@ checkpoints; the latest checkpoint is used) the loss on the first training batch
 evaluated along ``w* + alpha d1`` (``--points`` values of ``alpha`` in
 ``[-span, span]``) and over ``w* + alpha d1 + beta d2`` (a ``--grid`` x ``--grid`` plane),
 where ``d1, d2`` are filter-normalised random directions (Li et al., 2018) over the
-rotation weights only (:mod:`rumjax.landscape`: RUM's ``W^tau_xh``, ``W~_xh``,
+rotation weights only (:mod:`rumjax.analysis.landscape`: RUM's ``W^tau_xh``, ``W~_xh``,
 ``W^tau_hh``; GORU's angles ``thetas``). Writes ``landscape_1d.png``,
 ``landscape_2d.png`` and ``landscape.json`` (curves, grids, local-minimum counts) to
 ``--out_dir`` and prints the counts.
@@ -20,7 +20,9 @@ import sys
 from absl import app, flags, logging
 
 import tasks
-from rumjax import landscape, plotting_landscape, utils
+from rumjax import utils
+from rumjax.analysis import landscape
+from rumjax.plotting import landscape as plotting_landscape
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:

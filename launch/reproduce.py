@@ -108,7 +108,7 @@ def main(argv):
   unknown = [e for e in FLAGS.experiment if e not in EXPERIMENTS]
   if unknown:
     sys.exit(f"error: unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}.")
-  from rumjax.training import sharding
+  from rumjax import sharding
   try:
     options = options_from_flags(FLAGS)
     experiments.check_options(options)

@@ -5,7 +5,7 @@ r"""Figure 6 of the RUM paper: gradients and hidden-state norms of summarization
         # -> docs/figures/summ_figure6.png, docs/figures/summ_figure6.json
 
 For each workdir (a ``launch.train`` run of a summarization task: ``config.json``,
-checkpoints, ``metrics.jsonl``; the latest checkpoint is used) :mod:`rumjax.summ_analysis`
+checkpoints, ``metrics.jsonl``; the latest checkpoint is used) :mod:`rumjax.analysis.summarization`
 reads (a) ``train_grad_norm`` and (b) ``train_last_state_norm`` over training from
 ``metrics.jsonl``, and computes on batch number ``--batch_index`` of the task's
 ``eval_data(config, --split)`` (c) the mean ``|d loss / d h_i|`` per encoder step over the
@@ -21,7 +21,9 @@ import sys
 from absl import app, flags, logging
 
 import tasks
-from rumjax import plotting_summ, summ_analysis, utils
+from rumjax import utils
+from rumjax.plotting import summarization as plotting_summ
+from rumjax.analysis import summarization as summ_analysis
 
 JSON_NAME = "summ_figure6.json"
 
@@ -43,7 +45,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 def run(values) -> dict:
   """Computes, draws and writes Figure 6 for parsed flag ``values``; returns
-  ``{label: result}`` (:func:`rumjax.summ_analysis.figure6_of_run`)."""
+  ``{label: result}`` (:func:`rumjax.analysis.summarization.figure6_of_run`)."""
   workdirs, labels = values.workdirs, values.labels
   if labels is not None and len(labels) != len(workdirs):
     sys.exit(f"error: --labels has {len(labels)} label(s) for {len(workdirs)} workdir(s); "

@@ -118,9 +118,9 @@ def main(argv):
 
 def _main(stop):
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  from rumjax import training
+  from rumjax import sharding, training
   try:
-    training.sharding.use_cpu_devices(FLAGS.cpu_devices)
+    sharding.use_cpu_devices(FLAGS.cpu_devices)
   except ValueError as err:
     sys.exit(f"error: {err}")
   if FLAGS.distributed:

@@ -5,18 +5,19 @@ The functional core::
     from rumjax import rotation_matrix, rotate, rum_scan, init_rum_params, RUMCell
     from rumjax import lstmn_scan, init_lstmn_params   # the LSTMN (Cheng et al., 2016)
 
-Around it: ``rumjax.cells`` (recurrent cells by name), ``rumjax.models`` (models by name),
-``rumjax.decoding`` (greedy and beam search over any state), ``rumjax.evaluators``,
-``rumjax.training`` (the loop, hooks), ``rumjax.analysis`` and ``rumjax.plotting``.
+The equations live in ``rumjax.core``; around them ``rumjax.cells`` (recurrent cells by
+name), ``rumjax.layers``, ``rumjax.models`` (models by name), ``rumjax.decoding`` (greedy and
+beam search over any state), ``rumjax.evaluators``, ``rumjax.training`` (the loop, hooks,
+the experiment runner), ``rumjax.analysis`` and ``rumjax.plotting`` (the papers' figures)
+and ``rumjax.benchmarks``. WORKSPACE.md draws the layers and which may import which.
 """
 
 from rumjax import decoding
 from rumjax.cells import RUMCell, cell_names, make_cell, register_cell
 from rumjax.decoding import beam_search, greedy_search
-from rumjax.lstmn import init_lstmn_params, lstmn_scan
-from rumjax.rotation import rotate, rotation_matrix, rotation_plane
-from rumjax.rum import ACTIVATIONS, init_rum_params, rum_scan, rum_step
-from rumjax.starsaber import starsaber_layer, starsaber_gate_layer, init_starsaber_params
+from rumjax.core import (ACTIVATIONS, init_lstmn_params, init_rum_params, init_starsaber_params,
+                         lstmn_scan, rotate, rotation_matrix, rotation_plane, rum_scan,
+                         rum_step, starsaber_gate_layer, starsaber_layer)
 
 __version__ = "0.1.0"
 

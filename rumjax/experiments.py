@@ -8,9 +8,8 @@ Per model the generic loop (:func:`rumjax.training.train_and_evaluate`) is enter
 compiled once; what acts during training is a hook:
 
 * a :class:`~rumjax.training.TimeBudget` for a wall-clock budget;
-* a :class:`~rumjax.training.Periodic` with a :class:`CosThetaRecorder`: the mini-batch
-  mean of ``cos(theta_t)`` per time step on a fixed test batch, for models with a RUM
-  (Figure 5b,c of the RUM paper), appended to ``cos_theta.jsonl``;
+* the experiment's own recorders (``Experiment.hooks``; the RUM paper's experiments record
+  ``cos(theta_t)`` for Figure 5 with :func:`rumjax.analysis.angles.recorder_hooks`);
 * an :class:`~rumjax.training.EarlyStopping` (:func:`train_with_early_stopping`).
 
 Evaluation during training is the config's evaluators (``config.evals``). Re-running with
@@ -26,8 +25,8 @@ the seeds of every metric (:func:`aggregate_records`; the table shows ``mean ± 
 An experiment's folder ``<workdir>/<experiment>/`` holds
 
 * ``<model>/``: the loop's workdir (checkpoints, ``metrics.jsonl``, ``config.json``),
-  ``result.json`` (:func:`run_model`), ``params.npz``, and for a RUM ``cos_theta.jsonl``,
-  ``kernel_tau.png`` and ``cos_theta.png`` (:func:`rumjax.plotting.plot_rum_model`);
+  ``result.json`` (:func:`run_model`), ``params.npz``, and what the experiment's hooks and
+  figures write (the RUM paper's: ``cos_theta.jsonl``, ``kernel_tau.png``, ``cos_theta.png``);
   with several seeds, all of this in ``<model>/seed<k>/`` per seed;
 * ``results.json`` (:func:`experiment_summary`), ``results.md``
   (:func:`results_markdown`) and ``<experiment>.png`` (the experiment's ``plot``).
@@ -53,10 +52,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 from absl import logging
 
-from rumjax import analysis, configs, plotting, training, utils
+from rumjax import analysis, configs, training, utils
 
 RESULT_FILE = "result.json"
-COS_FILE = "cos_theta.jsonl"
 # Statuses of a model that needs no more training (with the same config).
 FINISHED = ("ok", "early_stopping")
 # Summary entries of the loop that are not metrics.
@@ -160,6 +158,12 @@ class Experiment:
     columns: the table's columns after model, params, steps and wall time.
     notes: ``summary -> [Markdown lines]`` shown above the table.
     plot: ``(summary, exp_dir) -> path``, the experiment's figure.
+    hooks: ``(task, config, model_dir, every) -> [hook]``, the paper's own recorders run
+      during training (e.g. the RUM paper's ``cos(theta)`` every ``every`` steps,
+      :func:`rumjax.analysis.angles.recorder_hooks`).
+    figures: ``(model_dir, label, task) -> None``, the paper's figures of one trained
+      model (e.g. :func:`rumjax.plotting.angles.rum_figures`); an error there is
+      logged, never loses the results.
   """
   name: str
   task: Any
@@ -171,6 +175,8 @@ class Experiment:
   columns: Sequence[Column] = ()
   notes: Optional[Callable[[dict], Sequence[str]]] = None
   plot: Optional[Callable[[dict, str], Optional[str]]] = None
+  hooks: Optional[Callable[[Any, Any, str, int], Sequence[Any]]] = None
+  figures: Optional[Callable[[str, str, Any], Any]] = None
 
 
 @dataclasses.dataclass
@@ -315,53 +321,6 @@ def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
 
 
 # ---------------------------------------------------------------------- cos(theta)
-
-
-def _has_key(tree: Any, key: str) -> bool:
-  if isinstance(tree, Mapping):
-    return any(k == key or _has_key(v, key) for k, v in tree.items())
-  return False
-
-
-class CosThetaRecorder:
-  """``(step, state) -> None`` for :class:`~rumjax.training.Periodic`: appends the
-  mini-batch mean of ``cos(theta_t)`` per time step on a fixed test batch to
-  ``<workdir>/cos_theta.jsonl`` as ``{"step": s, "cos_mean": [T floats]}`` (read by
-  :func:`rumjax.analysis.read_cos_records`).
-
-  The values are what the model's RUM sows (:func:`rumjax.analysis.sown_cos`, the first
-  RUM in path order if there are several), from one jit-compiled apply on
-  :func:`rumjax.analysis.fixed_batch`, weighted by :func:`rumjax.analysis.step_weights`.
-  A model that sows no ``cos(theta)`` (no RUM) writes nothing; a step already in the file
-  (a resumed run) is not written again. The model and batch are built at the first call.
-  """
-
-  def __init__(self, task, config, workdir: str, *, rows: int = 128):
-    self.task, self.config, self.rows = task, config, rows
-    self.path = os.path.join(workdir, COS_FILE)
-    self._apply, self._sows, self._batch = None, None, None
-    self._done = set(analysis.read_cos_records(workdir))
-
-  def _build(self, params) -> None:
-    model = self.task.build_model(self.config)
-    self._batch = analysis.fixed_batch(self.task, self.config, rows=self.rows)
-    batch = self._batch
-    self._apply = jax.jit(lambda p: model.apply({"params": p}, batch, train=False,
-                                                mutable=["intermediates"])[1])
-    self._sows = _has_key(jax.eval_shape(self._apply, params), "cos_theta")
-
-  def __call__(self, step: int, state) -> None:
-    if self._apply is None:
-      self._build(state.params)
-    if not self._sows or step in self._done:
-      return
-    found = analysis.sown_cos(self._apply(state.params))
-    cos = found[sorted(found)[0]]
-    mean = analysis.mean_cos_per_step(cos, analysis.step_weights(self._batch, cos.shape))
-    with open(self.path, "a") as f:
-      f.write(json.dumps({"step": int(step),
-                          "cos_mean": [round(float(c), 6) for c in mean]}) + "\n")
-    self._done.add(int(step))
 
 
 # ------------------------------------------------------------------ one model, one run
@@ -539,7 +498,7 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
     return done
   label = exp.models[key][0]
   every = config.eval_every or config.num_steps
-  hooks = [training.Periodic(every, CosThetaRecorder(exp.task, config, model_dir))]
+  hooks = list(exp.hooks(exp.task, config, model_dir, every)) if exp.hooks else []
   if options.budget_minutes:
     hooks.append(training.TimeBudget(60 * options.budget_minutes))
   logging.info("%s: training %s (%s) in %s", exp.name, key, label, model_dir)
@@ -552,11 +511,11 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
     if metrics is not None:
       record["at_best_metrics"] = metrics
       utils.write_json(os.path.join(model_dir, RESULT_FILE), record)
-  if record["status"] != "preempted" and plotting.is_rum_model_dir(model_dir):
+  if record["status"] != "preempted" and exp.figures:
     try:
-      plotting.plot_rum_model(model_dir, title=label, task=exp.task)
+      exp.figures(model_dir, label, exp.task)
     except Exception as err:  # a plot must not lose the results
-      logging.error("plots of %s failed: %s", model_dir, err)
+      logging.error("figures of %s failed: %s", model_dir, err)
   return record
 
 

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 
@@ -66,3 +67,19 @@ def multi_margin_loss(scores, labels, margin: float = 1.0):
   s_y = jnp.sum(scores * gold, axis=-1, keepdims=True)
   terms = jnp.maximum(0.0, margin - s_y + scores) * (1.0 - gold)
   return jnp.sum(terms, axis=-1) / num_classes * jnp.any(gold > 0, axis=-1)
+
+
+# ------------------------------------------------------- sums over batches and devices
+
+
+def summarize(metric_sums: Mapping[str, tuple], prefix: str) -> dict:
+  """``{name: (sum, count)}`` -> ``{prefix_name: sum / count}``."""
+  return {f"{prefix}_{k}": float(s) / max(float(c), 1e-12) for k, (s, c) in metric_sums.items()}
+
+
+def accumulate(total, new):
+  """Adds ``{name: (sum, count)}`` dicts (None is the empty total)."""
+  if total is None:
+    return jax.tree.map(np.asarray, new)
+  return {k: (total[k][0] + np.asarray(new[k][0]), total[k][1] + np.asarray(new[k][1]))
+          for k in total}

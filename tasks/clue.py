@@ -51,7 +51,8 @@ import ml_collections
 import numpy as np
 from ml_collections import config_dict
 
-from rumjax import embeddings, metrics
+from rumjax import metrics
+from tasks.text import embeddings
 from rumjax.models import encoders, text_classifier
 from tasks import common
 from tasks.data import ShuffledBatches, bucket_length, eval_batches

@@ -12,7 +12,7 @@ import numpy as np
 from ml_collections import config_dict
 
 from rumjax import evaluators, models, registry
-from rumjax import rum as rum_lib
+from rumjax.core import rum as rum_lib
 from rumjax.cells import cell_names
 from rumjax.models import precision
 from rumjax.training import optim

@@ -32,7 +32,7 @@ Training (§5.3): Adam (0.9, 0.999) at 1e-3, batch 32 ("16 or 32"), 300-d embedd
 ``word_vectors`` (a GloVe/word2vec text file; "" = embeddings trained from scratch, the
 default here): the embedding starts from the file's vectors, OOV words N(0, 1), and "we only
 updated OOV vectors in the first epoch": :func:`wrap_optimizer` zeroes the updates of the
-pre-trained rows during the first epoch (:func:`rumjax.embeddings.snli_row_scale`, chained
+pre-trained rows during the first epoch (:func:`tasks.text.embeddings.snli_row_scale`, chained
 after the optimizer, as for SST in :mod:`tasks.sst`).
 """
 
@@ -47,7 +47,8 @@ import numpy as np
 import optax
 from ml_collections import config_dict
 
-from rumjax import embeddings, metrics
+from rumjax import metrics
+from tasks.text import embeddings
 from rumjax.models import text_classifier
 from tasks import common
 from tasks.data import ShuffledBatches, bucket_length, eval_batches

@@ -36,10 +36,10 @@ Training (§5.2): Adam (0.9, 0.999) at 2e-3, L2 1e-4 (``l2``), batch 5. Metrics:
 Word vectors: ``word_vectors`` is the path of a GloVe/word2vec text file (the paper: 300-d
 GloVe 840B); ``""`` (default) trains the embeddings from scratch (no vector file is
 available here). With a file, the embedding starts from its vectors (other words N(0, 1),
-:func:`rumjax.embeddings.load_word_vectors`) and, "the gradient for words with Glove
+:func:`tasks.text.embeddings.load_word_vectors`) and, "the gradient for words with Glove
 embeddings was scaled by 0.35 in the first epoch", :func:`wrap_optimizer` multiplies the
 *updates* of those rows by 0.35 during the first epoch
-(:func:`rumjax.embeddings.scale_embedding_rows` chained after the optimizer): Adam divides by
+(:func:`tasks.text.embeddings.scale_embedding_rows` chained after the optimizer): Adam divides by
 the running RMS of the gradient, so a constant factor on a row's gradient (before Adam)
 leaves its steps unchanged (measured: x0.35 before Adam gives steps x1.00; after Adam,
 exactly x0.35).
@@ -56,7 +56,8 @@ import numpy as np
 import optax
 from ml_collections import config_dict
 
-from rumjax import embeddings, metrics
+from rumjax import metrics
+from tasks.text import embeddings
 from rumjax.models import text_classifier
 from tasks import common
 from tasks.data import ShuffledBatches, bucket_length, eval_batches

@@ -3,6 +3,7 @@ a missing or empty folder, a file that is not UTF-8 text, a stream too short for
 counts that differ from the published ones, and prepared data that follows its source
 files. Fixtures are tiny folders written under ``tmp_path``."""
 
+import functools
 import gzip
 import json
 import logging
@@ -14,6 +15,10 @@ import pytest
 
 from tasks import data as data_lib
 from tasks.datasets import babi, clue, cnn_dailymail, prepare, ptb, snli, sst, stories
+from tests import data_files
+from tests.data_files import lines_text, write_files
+
+_said = functools.partial(data_files.said, anywhere=True)   # the logged lines holding a text
 
 BINARY = b"abc\xf8\xff\x00 def\n"   # 0xf8 at byte 3: not UTF-8
 
@@ -26,30 +31,19 @@ SST_FILES = {"train.txt": "(3 (2 It) (4 good))\n(1 (2 A) (1 bore))\n",
              "dev.txt": "(4 (4 Great) (2 .))\n", "test.txt": "(0 (0 Awful) (2 .))\n"}
 
 
-def _write(root, files: dict) -> str:
-  """``files``: ``{relative path: str or bytes}``; returns ``root``."""
-  for name, content in files.items():
-    path = os.path.join(root, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-      f.write(content if isinstance(content, bytes) else content.encode("utf-8"))
-  return str(root)
-
-
 def _ptb(root, level="word", **override) -> str:
-  files = {ptb.file_name(level, s): "".join(line + "\n" for line in lines)
-           for s, lines in PTB_LINES.items()}
+  files = {ptb.file_name(level, s): lines_text(lines) for s, lines in PTB_LINES.items()}
   if level == "char":
-    files = {ptb.file_name("char", s): "".join(
-        " " + " ".join("_".join(line.split())) + "\n" for line in lines)
+    files = {ptb.file_name("char", s): lines_text(
+        " " + " ".join("_".join(line.split())) for line in lines)
         for s, lines in PTB_LINES.items()}
   files.update(override)
-  return _write(root, files)
+  return write_files(root, files)
 
 
 def _babi(root, **override) -> str:
   paths = babi.relative_paths("en", 1)
-  return _write(root, {paths["train"]: BABI_TRAIN, paths["test"]: BABI_TEST, **override})
+  return write_files(root, {paths["train"]: BABI_TRAIN, paths["test"]: BABI_TEST, **override})
 
 
 def _snli_line(label, i):
@@ -58,23 +52,19 @@ def _snli_line(label, i):
 
 
 def _snli(root) -> str:
-  return _write(root, {f"snli_1.0_{s}.jsonl": _snli_line("neutral", i)
+  return write_files(root, {f"snli_1.0_{s}.jsonl": _snli_line("neutral", i)
                        for i, s in enumerate(("train", "dev", "test"))})
 
 
 def _afqmc(root, **override) -> str:
   line = json.dumps({"sentence1": "一", "sentence2": "二", "label": "0"}) + "\n"
-  return _write(root, {"train.json": line, "dev.json": line, **override})
+  return write_files(root, {"train.json": line, "dev.json": line, **override})
 
 
 def _one_line(err) -> str:
   text = str(err.value)
   assert "\n" not in text, text
   return text
-
-
-def _said(caplog, needle):
-  return [r.getMessage() for r in caplog.records if needle in r.getMessage()]
 
 
 # ----------------------------------------------------------------------------- missing
@@ -127,7 +117,7 @@ def test_binary_text_file_names_file_byte_and_fix(tmp_path, name):
     bad = _babi(manual, **{path: b"ok line\n" + BINARY}) + "/" + path
     run = lambda: babi.prepare("en", 1, str(manual), str(tmp_path / "tfds"))
   else:
-    bad = _write(manual, {**SST_FILES, "dev.txt": b"ok line\n" + BINARY}) + "/dev.txt"
+    bad = write_files(manual, {**SST_FILES, "dev.txt": b"ok line\n" + BINARY}) + "/dev.txt"
     run = lambda: sst.prepare(str(manual), str(tmp_path / "tfds"))
   with pytest.raises(prepare.SourceFileError) as err:
     run()
@@ -143,18 +133,14 @@ def test_snli_binary_or_broken_gzip_is_named(tmp_path, gz):
   dev = os.path.join(manual, "snli_1.0_dev.jsonl")
   os.remove(dev)
   content = _snli_line("neutral", 1).encode() + BINARY
-  if gz:
-    with gzip.open(dev + ".gz", "wb") as f:
-      f.write(content)
-  else:
-    _write(manual, {"snli_1.0_dev.jsonl": content})
+  write_files(manual, {"snli_1.0_dev.jsonl": content}, gz=["snli_1.0_dev.jsonl"] if gz else [])
   name = dev + (".gz" if gz else "")
   start = len(_snli_line("neutral", 1).encode())
   with pytest.raises(prepare.SourceFileError, match=f"byte {start + 3} .line 2. is 0xf8"):
     snli.prepare(manual, str(tmp_path / "tfds"))
   # A file named .gz that is not gzip, and a truncated gzip file.
   for data in (b"not gzip at all\n", gzip.compress(_snli_line("neutral", 1).encode() * 100)[:40]):
-    _write(manual, {"snli_1.0_dev.jsonl.gz": data})
+    write_files(manual, {"snli_1.0_dev.jsonl.gz": data})
     if os.path.exists(dev):
       os.remove(dev)
     with pytest.raises(prepare.SourceFileError) as err:
@@ -168,23 +154,23 @@ def test_clue_stories_cnn_binary_files_are_named(tmp_path):
     clue.prepare("afqmc", afqmc, str(tmp_path / "tfds"))
   assert _one_line(err).startswith(f"{afqmc}/dev.json, line 1: not UTF-8: byte 3 of the "
                                    "file is 0xf8")
-  tnews = _write(tmp_path / "tnews", {"train.json": "", "labels.json": BINARY})
+  tnews = write_files(tmp_path / "tnews", {"train.json": "", "labels.json": BINARY})
   with pytest.raises(prepare.SourceFileError, match="labels.json: byte 3 .line 1. is 0xf8"):
     clue.prepare("tnews", tnews, str(tmp_path / "tfds"))
   first = b'{"story": "x", "summary": "y"}\n'
-  sd = _write(tmp_path / "sd", {"test.jsonl": first + BINARY})
+  sd = write_files(tmp_path / "sd", {"test.jsonl": first + BINARY})
   with pytest.raises(stories.StoriesFormatError) as err:
     stories.prepare(sd, str(tmp_path / "tfds"))
   assert _one_line(err).startswith(f"{sd}/test.jsonl, line 2: not UTF-8: byte "
                                    f"{len(first) + 3} of the file is 0xf8")
   story = "a" * 40
-  cnn = _write(tmp_path / "cnn", {
+  cnn = write_files(tmp_path / "cnn", {
       "url_lists/all_train.txt": f"http://x/{story}\n",
       f"cnn_stories/{cnn_dailymail.url_hash('http://x/' + story)}.story": BINARY})
   with pytest.raises(cnn_dailymail.StoryFormatError) as err:
     cnn_dailymail.prepare(cnn, str(tmp_path / "tfds"))
   assert "byte 3 (line 1) is 0xf8, not UTF-8" in _one_line(err)
-  _write(cnn, {"url_lists/all_train.txt": BINARY})
+  write_files(cnn, {"url_lists/all_train.txt": BINARY})
   with pytest.raises(prepare.SourceFileError, match="all_train.txt: byte 3 .line 1. is 0xf8"):
     cnn_dailymail.prepare(cnn, str(tmp_path / "tfds"))
 
@@ -252,7 +238,7 @@ def test_ptb_counts_that_differ_are_one_warning_per_split(tmp_path, caplog, monk
 def test_babi_sst_snli_clue_counts_that_differ_are_warned(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     babi.prepare("en", 1, _babi(tmp_path / "babi"), str(tmp_path / "tfds"))
-    sst.prepare(_write(tmp_path / "sst", SST_FILES), str(tmp_path / "tfds"))
+    sst.prepare(write_files(tmp_path / "sst", SST_FILES), str(tmp_path / "tfds"))
     snli.prepare(_snli(tmp_path / "snli"), str(tmp_path / "tfds"))
     clue.prepare("afqmc", _afqmc(tmp_path / "afqmc"), str(tmp_path / "tfds"))
   # Two training questions (train 1, dev 1: at least one), one test question.
@@ -294,7 +280,7 @@ def test_fixed_ptb_file_is_prepared_again_and_the_old_folder_kept(tmp_path, capl
   with pytest.raises(ValueError, match="has 10 tokens, too few"):
     ptb_task.train_data(config)
   old = ptb.prepare("word", manual, data_dir)
-  _write(manual, {"ptb.train.txt": full})
+  write_files(manual, {"ptb.train.txt": full})
   caplog.clear()
   with caplog.at_level(logging.WARNING):
     new = ptb.prepare("word", manual, data_dir)
@@ -322,10 +308,10 @@ def test_fixed_ptb_file_is_prepared_again_and_the_old_folder_kept(tmp_path, capl
 
 
 def test_same_size_edit_and_another_folder_with_the_same_files(tmp_path, caplog):
-  manual = _write(tmp_path / "sst", SST_FILES)
+  manual = write_files(tmp_path / "sst", SST_FILES)
   data_dir = str(tmp_path / "tfds")
   first = sst.prepare(manual, data_dir)
-  _write(manual, {"dev.txt": SST_FILES["dev.txt"].replace("(4 (4", "(3 (4")})
+  write_files(manual, {"dev.txt": SST_FILES["dev.txt"].replace("(4 (4", "(3 (4")})
   with caplog.at_level(logging.WARNING):
     edited = sst.prepare(manual, data_dir)
   assert sst.read_split(edited, "validation")[0]["label"] == 3
@@ -344,7 +330,7 @@ def test_babi_snli_clue_follow_their_files(tmp_path):
   data_dir = str(tmp_path / "tfds")
   manual = _babi(tmp_path / "babi")
   before = babi.prepare("en", 1, manual, data_dir)
-  _write(manual, {babi.relative_paths("en", 1)["test"]: BABI_TEST + BABI_TEST})
+  write_files(manual, {babi.relative_paths("en", 1)["test"]: BABI_TEST + BABI_TEST})
   after = babi.prepare("en", 1, manual, data_dir)
   assert (before.info.splits["test"].num_examples, after.info.splits["test"].num_examples) == (
       1, 2)
@@ -357,7 +343,7 @@ def test_babi_snli_clue_follow_their_files(tmp_path):
       snli.SPLITS, ("validation", "test"))
   manual = _afqmc(tmp_path / "afqmc")
   before = clue.prepare("afqmc", manual, data_dir)
-  _write(manual, {"test.json": json.dumps({"id": 7, "sentence1": "a", "sentence2": "b"})})
+  write_files(manual, {"test.json": json.dumps({"id": 7, "sentence1": "a", "sentence2": "b"})})
   after = clue.prepare("afqmc", manual, data_dir)
   assert clue.available_splits(after) == clue.SPLITS != clue.available_splits(before)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tasks.datasets import clue
+from tests import data_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_CLUE = os.path.normpath(os.path.join(REPO, os.pardir, "shared", "data", "clue"))
@@ -82,16 +83,9 @@ CMNLI = {
 
 
 def _write(root, files, skip=()):
-  os.makedirs(root, exist_ok=True)
-  for name, records in files.items():
-    if name not in skip:
-      with open(os.path.join(root, name), "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-  return str(root)
-
-
-def _said(caplog, prefix):
-  return [r.getMessage() for r in caplog.records if r.getMessage().startswith(prefix)]
+  """``files``: ``{name: records}``, written as JSON lines."""
+  return data_files.write_files(root, {n: data_files.jsonl_text(r) for n, r in files.items()},
+                                skip=skip)
 
 
 # ----------------------------------------------------------------------------- labels
@@ -151,7 +145,7 @@ def test_missing_split_is_one_line_and_asked_for(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     builder = clue.prepare("afqmc", manual, str(tmp_path / "tfds"))
   dev = os.path.join(manual, "dev.json")
-  assert _said(caplog, "CLUE afqmc: building") == [
+  assert data_files.said(caplog, "CLUE afqmc: building") == [
       f"CLUE afqmc: building train, test only; no validation split, file(s) missing: {dev}."]
   assert clue.available_splits(builder) == ("train", "test")
   assert set(clue.load_splits("afqmc", manual, str(tmp_path / "tfds"))) == {"train", "test"}
@@ -173,7 +167,7 @@ def test_missing_split_is_one_line_and_asked_for(tmp_path, caplog):
   assert clue.available_splits(again) == clue.SPLITS
   assert again.info.metadata["missing_splits"] == []
   assert os.path.isdir(builder.data_dir) and again.data_dir != builder.data_dir
-  assert [m for m in _said(caplog, "CLUE afqmc:") if "changed since" in m] == [
+  assert [m for m in data_files.said(caplog, "CLUE afqmc:") if "changed since" in m] == [
       f"CLUE afqmc: the source files in {manual} changed since the data in "
       f"{builder.data_dir} was prepared (dev.json: added); preparing it again in "
       f"{again.data_dir} (the old folder is kept: delete it to free the space)."]
@@ -195,7 +189,7 @@ def test_tnews_codes_to_indices_no_test_file(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     builder = clue.prepare("tnews", manual, str(tmp_path / "tfds"))
   test_file = os.path.join(manual, "test.json")
-  assert _said(caplog, "CLUE tnews:") == [
+  assert data_files.said(caplog, "CLUE tnews:") == [
       f"CLUE tnews: building train, validation only; no test split, file(s) missing: "
       f"{test_file}."]
   assert clue.available_splits(builder) == ("train", "validation")
@@ -222,7 +216,7 @@ def test_tnews_keeps_the_order_of_labels_json(tmp_path, caplog):
   manual = _write(tmp_path / "tnews", dict(TNEWS, **{"labels.json": reordered}))
   with caplog.at_level(logging.WARNING):
     builder = clue.prepare("tnews", manual, str(tmp_path / "tfds"))
-  assert any("differ from CLUE's list" in m for m in _said(caplog, "CLUE tnews:"))
+  assert any("differ from CLUE's list" in m for m in data_files.said(caplog, "CLUE tnews:"))
   train = clue.read_split(builder, "train")
   assert [ex["label"] for ex in train] == [14 - k for k in (7, 4, 5, 14, 0)]
   names = clue.label_names("tnews", builder)
@@ -238,7 +232,7 @@ def test_tnews_without_labels_json_uses_clues_list(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     builder = clue.prepare("tnews", manual, str(tmp_path / "tfds"))
   assert any(f"no {os.path.join(manual, 'labels.json')}; using CLUE's 15 labels" in m
-             for m in _said(caplog, "CLUE tnews:"))
+             for m in data_files.said(caplog, "CLUE tnews:"))
   assert [ex["label"] for ex in clue.read_split(builder, "validation")] == [2, 10, 13]
 
 
@@ -249,7 +243,7 @@ def test_cmnli_drops_no_gold_and_says_so(tmp_path, caplog):
   manual = _write(tmp_path / "cmnli", CMNLI)
   with caplog.at_level(logging.WARNING):
     builder = clue.prepare("cmnli", manual, str(tmp_path / "tfds"))
-  assert _said(caplog, "CLUE cmnli: dropped") == [
+  assert data_files.said(caplog, "CLUE cmnli: dropped") == [
       f"CLUE cmnli: dropped 1 line(s) of {os.path.join(manual, f)} labelled '-' (no gold "
       "label)." for f in ("train.json", "dev.json")]
   splits = {s: clue.read_split(builder, s) for s in clue.SPLITS}

@@ -4,7 +4,6 @@ sample of ../shared/data (skipped without it); the story/summary/title builder
 (tasks/datasets/stories.py) and the RUM paper's four Science-Daily sub-tasks."""
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -14,14 +13,11 @@ import pytest
 from tasks.datasets import cnn_dailymail as cnndm
 from tasks.datasets import prepare as prepare_lib
 from tasks.datasets import stories
+from tests import data_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_CNNDM = os.path.normpath(os.path.join(REPO, os.pardir, "shared", "data",
                                              "cnn_dailymail_sample"))
-
-
-def _said(caplog, prefix):
-  return [r.getMessage() for r in caplog.records if r.getMessage().startswith(prefix)]
 
 
 # ----------------------------------------------------------------------------- CNN/DM
@@ -174,7 +170,7 @@ def test_missing_story_is_an_error_unless_allowed(tmp_path, caplog):
   assert "allow_missing_stories=True" in message and "\n" not in message
   with caplog.at_level(logging.WARNING):
     builder = cnndm.prepare(manual, str(tmp_path / "tfds"), allow_missing_stories=True)
-  assert _said(caplog, "CNN/DailyMail train: skipping") == [
+  assert data_files.said(caplog, "CNN/DailyMail train: skipping") == [
       f"CNN/DailyMail train: skipping 2 of 3 stories listed in "
       f"{os.path.join(manual, 'url_lists', 'all_train.txt')} whose file is missing "
       f"(allow_missing_stories=True); the first: {first} (nor in "
@@ -192,7 +188,7 @@ def test_missing_url_list_is_one_line_and_asked_for(tmp_path, caplog):
   lists = os.path.join(manual, "url_lists")
   with caplog.at_level(logging.WARNING):
     builder = cnndm.prepare(manual, str(tmp_path / "tfds"))
-  assert _said(caplog, "CNN/DailyMail: building") == [
+  assert data_files.said(caplog, "CNN/DailyMail: building") == [
       f"CNN/DailyMail: building validation only; no train, test split, url list missing: "
       f"{os.path.join(lists, 'all_train.txt')}, "
       f"{os.path.join(lists, 'all_test.txt')}."]
@@ -212,7 +208,7 @@ def test_missing_url_list_is_one_line_and_asked_for(tmp_path, caplog):
     again = cnndm.prepare(manual, str(tmp_path / "tfds"))
   assert cnndm.available_splits(again) == ("validation", "test")
   assert again.data_dir != builder.data_dir and os.path.isdir(builder.data_dir)
-  assert [m for m in _said(caplog, "CNN/DailyMail:") if "changed since" in m] == [
+  assert [m for m in data_files.said(caplog, "CNN/DailyMail:") if "changed since" in m] == [
       f"CNN/DailyMail: the source files in {manual} changed since the data in "
       f"{builder.data_dir} was prepared (url_lists/all_test.txt: added); preparing it again "
       f"in {again.data_dir} (the old folder is kept: delete it to free the space)."]
@@ -253,7 +249,7 @@ def test_malformed_story_stops_prepare_or_is_skipped_or_kept(tmp_path, caplog):
   assert "\n" not in str(err.value)
   with caplog.at_level(logging.WARNING):
     skipping = cnndm.prepare(manual, str(tmp_path / "tfds"), malformed_stories="skip")
-  assert _said(caplog, "CNN/DailyMail train: skipped") == [
+  assert data_files.said(caplog, "CNN/DailyMail train: skipped") == [
       f"CNN/DailyMail train: skipped 1 malformed stories (malformed_stories='skip'); the "
       f"first: {bad}: no article text before the first @highlight line."]
   assert [ex["index"] for ex in cnndm.read_split(skipping, "train")] == [0, 1]
@@ -270,7 +266,6 @@ def test_malformed_story_stops_prepare_or_is_skipped_or_kept(tmp_path, caplog):
 def test_download_reads_the_archive_layout(tmp_path, monkeypatch):
   """No internet here: the download gives the archives unpacked (cnn/stories/,
   dailymail/stories/) and the url lists as files."""
-  import tensorflow_datasets as tfds
   fixture = tmp_path / "fixture"
   _cnndm(fixture)
   got = {}
@@ -282,23 +277,13 @@ def test_download_reads_the_archive_layout(tmp_path, monkeypatch):
     got[key] = str(tmp_path / "dl" / key)
   for split, name in cnndm.URL_LISTS.items():
     got[split] = str(fixture / "url_lists" / name)
-  asked = []
-
-  def fake_download_and_extract(self, urls):
-    asked.append(urls)
-    return dict(got)
-
-  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract",
-                      fake_download_and_extract)
+  asked = data_files.fake_download(monkeypatch, got)
   builder = cnndm.prepare("", str(tmp_path / "tfds"))
   assert asked == [cnndm.URLS]
   assert [ex["id"] for ex in cnndm.read_split(builder, "train")] == [
       _hash(CNN_URLS["train"][0]), _hash(DM_URLS["train"][0]), _hash(CNN_URLS["train"][1])]
 
-  def offline(self, urls):
-    raise OSError("no route to host")
-
-  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", offline)
+  data_files.fake_download(monkeypatch, error=OSError("no route to host"))
   with pytest.raises(FileNotFoundError, match="downloading failed .OSError: no route") as err:
     cnndm.prepare("", str(tmp_path / "tfds2"))
   assert "all_train.txt" in str(err.value) and "\n" not in str(err.value)
@@ -311,7 +296,7 @@ def test_shared_sample_twenty_stories(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     builder = cnndm.prepare(SHARED_CNNDM, str(tmp_path))
   test_list = os.path.join(SHARED_CNNDM, "url_lists", "all_test.txt")
-  assert _said(caplog, "CNN/DailyMail:") == [
+  assert data_files.said(caplog, "CNN/DailyMail:") == [
       f"CNN/DailyMail: building train, validation only; no test split, url list missing: "
       f"{test_list}."]
   assert cnndm.available_splits(builder) == ("train", "validation")
@@ -353,12 +338,8 @@ RECORDS = {
 
 
 def _stories(root, files=RECORDS, skip=()):
-  os.makedirs(root, exist_ok=True)
-  for name, records in files.items():
-    if name not in skip:
-      with open(os.path.join(root, name), "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in records))
-  return str(root)
+  return data_files.write_files(root, {n: data_files.jsonl_text(r) for n, r in files.items()},
+                                skip=skip)
 
 
 def test_paragraphs_and_shuffling():
@@ -422,7 +403,7 @@ def test_stories_missing_split_and_no_files(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     builder = stories.prepare(manual, str(tmp_path / "tfds"))
   missing = os.path.join(manual, "validation.jsonl")
-  assert _said(caplog, "Stories: building") == [
+  assert data_files.said(caplog, "Stories: building") == [
       f"Stories: building train, test only; no validation split, file(s) missing: "
       f"{missing}."]
   with pytest.raises(stories.MissingSplitError, match=f"its file {missing} was missing") as e:
@@ -433,7 +414,7 @@ def test_stories_missing_split_and_no_files(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     again = stories.prepare(manual, str(tmp_path / "tfds"))
   assert stories.available_splits(again) == stories.SPLITS
-  assert _said(caplog, "Stories sd: ") == [
+  assert data_files.said(caplog, "Stories sd: ") == [
       f"Stories sd: the source files in {manual} changed since the data in "
       f"{builder.data_dir} was prepared (validation.jsonl: added); preparing it again in "
       f"{again.data_dir} (the old folder is kept: delete it to free the space)."]

@@ -1,4 +1,4 @@
-"""rumjax.embeddings: the GloVe/word2vec loader (found rows, N(0, 1) OOV rows, header,
+"""tasks.text.embeddings: the GloVe/word2vec loader (found rows, N(0, 1) OOV rows, header,
 gzip, errors) and the first-epoch row scaling of the LSTMN paper under jit."""
 
 import gzip
@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from rumjax import embeddings
+from tasks.text import embeddings
 
 VECTORS = {"the": [0.5, -1.0, 2.0], "cat": [1.5, 0.25, -3.0], ",": [0.0, 1e-3, -2e2],
            "sat": [4.0, 5.0, 6.0]}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rumjax import evaluators
-from rumjax.training import sharding as sharding_lib
+from rumjax import sharding as sharding_lib
 from rumjax.training.state import TrainState
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""``rumjax.landscape`` (Figure 8): the rotation weights of RUM and GORU, filter-normalised
+"""``rumjax.analysis.landscape`` (Figure 8): the rotation weights of RUM and GORU, filter-normalised
 directions, the line and plane evaluations, local minima, and ``launch.landscape`` end to
 end on tiny trained recall runs."""
 
@@ -15,7 +15,9 @@ from absl import flags
 
 import tasks
 from launch import landscape as launch_landscape
-from rumjax import analysis, landscape, rum
+from rumjax import analysis
+from rumjax.analysis import landscape
+from rumjax.core import rum
 from rumjax.cells import eurnn
 from rumjax.training import loop
 

@@ -7,12 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+
+from tests import launch_paused
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny associative-recall run: fast to compile, same code path as the paper's.
@@ -28,8 +29,8 @@ def _env(devices=1):
   return env
 
 
-def _cmd(workdir, *extra):
-  return [sys.executable, "-m", "launch.train", f"--workdir={workdir}", *TINY, *extra]
+def _cmd(workdir, *extra, launcher="launch.train"):
+  return [sys.executable, "-m", launcher, f"--workdir={workdir}", *TINY, *extra]
 
 
 def _run(workdir, *extra, devices=1, check=True):
@@ -105,7 +106,7 @@ def test_steps_zero_prints_the_parameter_count(tmp_path):
   assert record["cell"] == "gru" and record["num_params"] > 0
 
 
-@pytest.mark.slow   # ~1.5 min; resume exactness is also checked by test_task_ptb (in-process)
+@pytest.mark.slow   # ~35 s; resume exactness is also checked by test_task_ptb (in-process)
 def test_sigterm_then_restart_equals_an_uninterrupted_run(tmp_path):
   steps = "--steps=24"
   full = str(tmp_path / "full")
@@ -114,23 +115,22 @@ def test_sigterm_then_restart_equals_an_uninterrupted_run(tmp_path):
   split = str(tmp_path / "split")
   _run(split, "--steps=12")
   _run(split, steps)
-  # SIGTERM in the middle of a run, then restart.
+  # A real SIGTERM to the launcher while it is provably mid-run: tests.launch_paused holds
+  # the loop after step 7 until the launcher's handler has run, so it stops exactly there.
   term = str(tmp_path / "term")
-  proc = subprocess.Popen(_cmd(term, steps, "--config.log_every=1",
-                               "--config.num_steps=24"),
-                          cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-  metrics = os.path.join(term, "metrics.jsonl")
-  deadline = time.time() + 300
-  while time.time() < deadline and proc.poll() is None:
-    if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
-      break
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGTERM)
-  _, stderr = proc.communicate(timeout=300)
-  assert proc.returncode == 0, stderr[-3000:]
-  stopped_at = _checkpoint_steps(term)[-1]
-  assert 3 <= stopped_at < 24, stopped_at
+  proc = _start_until(term, "paused after step 7", steps, launcher="tests.launch_paused",
+                      env={launch_paused.ENV: "7"})
+  try:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads(out.strip().splitlines()[-1])
+  assert summary["preempted"] is True and summary["step"] == 7, summary
+  assert f"Received signal {int(signal.SIGTERM)}" in err
+  assert _checkpoint_steps(term) == [7]
   _run(term, steps)
   reference_step, reference = _params(full)
   assert reference_step == 24
@@ -289,16 +289,21 @@ def test_predict_writes_a_clue_submission(tmp_path):
   assert "error: no checkpoints in" in missing.stderr.strip().splitlines()[-1]
 
 
-def _start_until(workdir, marker, *extra):
-  """Starts a training run and reads its log until the line containing ``marker``: the run
-  has provably reached that point (no sleeps). Returns the process (its stderr still open)."""
-  proc = subprocess.Popen(_cmd(workdir, *extra), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+def _start_until(workdir, marker, *extra, launcher="launch.train", env=None):
+  """Starts a training run (``launcher``, with ``env`` added to the environment) and reads
+  its log until the line containing ``marker``: the run has provably reached that point (no
+  sleeps). Returns the process (its stderr still open)."""
+  proc = subprocess.Popen(_cmd(workdir, *extra, launcher=launcher), cwd=REPO,
+                          env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
+  lines = []
   for line in proc.stderr:
     if marker in line:
       return proc
+    lines.append(line)
   proc.wait()
-  raise AssertionError(f"the run ended (exit {proc.returncode}) before logging {marker!r}")
+  raise AssertionError(f"the run ended (exit {proc.returncode}) before logging {marker!r}:\n"
+                       + "".join(lines[-30:]))
 
 
 def _snapshot(workdir):

@@ -11,7 +11,7 @@ import pytest
 from rumjax import evaluators, models
 from rumjax.cells import make_cell
 from rumjax.models import lm
-from rumjax.training import sharding as sharding_lib
+from rumjax import sharding as sharding_lib
 from rumjax.training.state import TrainState
 
 V, B, T = 11, 3, 5

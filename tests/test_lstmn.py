@@ -15,7 +15,7 @@ import pytest
 from jax.test_util import check_grads
 
 import rumjax
-from rumjax import lstmn as lstmn_lib
+from rumjax.core import lstmn as lstmn_lib
 from rumjax.models import fusion
 from rumjax.models import DeepFusion, LSTMN, ShallowFusion, StackedLSTMN
 

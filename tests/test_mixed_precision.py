@@ -9,7 +9,8 @@ import optax
 import pytest
 
 import tasks
-from rumjax import decoding, lstmn, metrics, models, training
+from rumjax import decoding, metrics, models, training
+from rumjax.core import attention, lstmn
 from rumjax.models import pointer_generator as pg
 from rumjax.models import precision
 
@@ -171,7 +172,7 @@ def test_language_model_state_stays_float32(core):
 def test_softmaxes_run_in_float32():
   scores = jnp.asarray([[3.0, 1.0, -2.0, 0.5]], jnp.bfloat16)
   valid = jnp.asarray([[True, True, False, True]])
-  weights = lstmn.masked_softmax(scores, valid)
+  weights = attention.masked_softmax(scores, valid)
   assert weights.dtype == jnp.float32
   expected = jax.nn.softmax(jnp.asarray([3.0, 1.0, 0.5]))
   np.testing.assert_allclose(np.asarray(weights)[0, [0, 1, 3]], expected, rtol=1e-6)

@@ -101,7 +101,7 @@ def test_plot_rum_model_without_records_or_task(tmp_path):
 
 def test_draw_on_axes():
   pytest.importorskip("matplotlib")
-  fig, axes = plotting._figure(ncols=2)
+  fig, axes = plotting.figure(ncols=2)
   plotting.draw_cos_histograms(axes[0, 0], {})
   plotting.draw_accuracy_bars(axes[0, 1], ["a"], [50.0], [None], chance=10.0)
   assert axes[0, 1].get_ylabel() == "test accuracy (%)"

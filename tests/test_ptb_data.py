@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tasks.datasets import ptb
+from tests import data_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_PTB = os.path.normpath(os.path.join(REPO, os.pardir, "shared", "data", "ptb"))
@@ -28,15 +29,11 @@ def _chars(line: str) -> str:
 
 def _write_fixture(root, skip=()):
   """Both levels' files, flat in ``root`` (the char files end in "\\n " as the real ones)."""
-  os.makedirs(root, exist_ok=True)
+  files = {}
   for split, lines in WORDS.items():
-    for level, text in (("word", "".join(line + "\n" for line in lines)),
-                        ("char", "".join(_chars(line) + "\n" for line in lines) + " ")):
-      name = ptb.file_name(level, split)
-      if name not in skip:
-        with open(os.path.join(root, name), "w") as f:
-          f.write(text)
-  return str(root)
+    files[ptb.file_name("word", split)] = data_files.lines_text(lines)
+    files[ptb.file_name("char", split)] = data_files.lines_text(map(_chars, lines)) + " "
+  return data_files.write_files(root, files, skip=skip)
 
 
 @pytest.fixture(scope="module")
@@ -152,25 +149,14 @@ def test_missing_file_is_named(tmp_path):
 
 def test_download_reads_the_archive_layout(tmp_path, monkeypatch):
   """No internet here: the download returns a folder unpacked as the archive would be."""
-  import tensorflow_datasets as tfds
   extracted = tmp_path / "extracted"
   _write_fixture(extracted / "simple-examples" / "data")
-  urls = []
-
-  def fake_download_and_extract(self, url):
-    urls.append(url)
-    return str(extracted)
-
-  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract",
-                      fake_download_and_extract)
+  urls = data_files.fake_download(monkeypatch, str(extracted))
   builder = ptb.prepare("word", "", str(tmp_path / "tfds"))
   assert urls == [ptb.URL]
   assert ptb.read_split(builder, "test") == _expected("word", "test")
 
-  def offline(self, url):
-    raise OSError("no route to host")
-
-  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", offline)
+  data_files.fake_download(monkeypatch, error=OSError("no route to host"))
   with pytest.raises(FileNotFoundError, match="downloading failed .OSError: no route") as err:
     ptb.prepare("char", "", str(tmp_path / "tfds2"))
   assert "ptb.char.train.txt" in str(err.value)

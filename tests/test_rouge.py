@@ -11,7 +11,7 @@ from rouge_score import rouge_scorer
 
 from rumjax import evaluators, training
 from rumjax.evaluators import rouge
-from rumjax.training import sharding as sharding_lib
+from rumjax import sharding as sharding_lib
 from rumjax.training.state import TrainState
 from tests import toy_task
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import rumjax
-from rumjax import rum_fast
-from rumjax.rum import rum_scan
+from rumjax.core import rum_fast
+from rumjax.core.rum import rum_scan
 
 B, T, NX, NH = 3, 6, 4, 5
 

@@ -1,6 +1,6 @@
 """RUM's rotation path in any precision (issue 26): the memory stays orthogonal.
 
-The policy (rumjax/rum.py): gates and hidden states in the computation dtype (bfloat16
+The policy (rumjax/core/rum.py): gates and hidden states in the computation dtype (bfloat16
 here), the rotation, the memory R and its update in at least float32 at
 ``Precision.HIGHEST``.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import rumjax
-from rumjax import rum
+from rumjax.core import rum
 from rumjax.benchmarks import orthogonality
 
 IMPLS = ("fast", "reference")

@@ -2,7 +2,6 @@
 tasks.text.treebank_words): the tree parser, both TFDS builders on tiny fixture folders,
 the binary SST view, SNLI's missing splits, and the errors."""
 
-import gzip
 import json
 import logging
 import os
@@ -12,6 +11,7 @@ import pytest
 from tasks import text
 from tasks.datasets import snli, sst
 from tasks.text import trees
+from tests import data_files
 
 # ----------------------------------------------------------------------------- trees
 
@@ -66,12 +66,8 @@ SST_FILES = {
 
 
 def _write_sst(root, files=SST_FILES, skip=()):
-  os.makedirs(root, exist_ok=True)
-  for name, lines in files.items():
-    if name not in skip:
-      with open(os.path.join(root, name), "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-  return str(root)
+  return data_files.write_files(root, {n: data_files.lines_text(v) for n, v in files.items()},
+                                skip=skip)
 
 
 @pytest.fixture(scope="module")
@@ -159,17 +155,10 @@ SNLI_SPLITS = {
 
 def _write_snli(root, splits=SNLI_SPLITS, gz=("validation", "test")):
   """The train file as .jsonl, the others gzipped (as in ../shared/data/snli)."""
-  os.makedirs(root, exist_ok=True)
-  for split, records in splits.items():
-    data = "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
-    name = os.path.join(root, snli.FILE_STEMS[split] + ".jsonl")
-    if split in gz:
-      with gzip.open(name + ".gz", "wb") as f:
-        f.write(data)
-    else:
-      with open(name, "wb") as f:
-        f.write(data)
-  return str(root)
+  names = {s: snli.FILE_STEMS[s] + ".jsonl" for s in splits}
+  return data_files.write_files(
+      root, {names[s]: data_files.jsonl_text(r) for s, r in splits.items()},
+      gz=[names[s] for s in gz if s in names])
 
 
 def test_snli_builder_all_splits_drops_unlabelled(tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rumjax
-from rumjax import starsaber as starsaber_lib
+from rumjax.core import starsaber as starsaber_lib
 from rumjax.layers.starsaber import VARIANTS, StarSaberLayer, variant_flags
 
 enable_x64 = lambda: jax.enable_x64(True)

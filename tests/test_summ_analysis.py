@@ -20,7 +20,8 @@ from absl import flags
 
 import tasks
 from launch import summ_analysis as launch_summ
-from rumjax import plotting_summ, summ_analysis
+from rumjax.plotting import summarization as plotting_summ
+from rumjax.analysis import summarization as summ_analysis
 from rumjax.models import pointer_generator as pg
 from rumjax.training import loop
 from tasks import summ_synthetic

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rumjax import models, plotting_attention
+from rumjax import models
+from rumjax.plotting import attention as plotting_attention
 from rumjax.models import LSTMN, text_classifier as tc
 
 V, E, H = 20, 6, 8

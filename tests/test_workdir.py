@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rumjax import configs, training
-from rumjax.training import metrics as metrics_lib
+from rumjax.training import writer as writer_lib
 from rumjax.training import workdir as workdir_lib
 from tests import toy_task
 
@@ -167,8 +167,8 @@ def test_drop_after_keeps_order_and_appends():
     path, aside = os.path.join(d, "m.jsonl"), os.path.join(d, "aside.jsonl")
     with open(path, "w") as f:
       f.write("".join(f'{{"step": {s}}}\n' for s in (1, 2, 3, 4)))
-    assert metrics_lib.drop_after(path, 2, aside) == 2
-    assert metrics_lib.drop_after(path, 2, aside) == 0
+    assert writer_lib.drop_after(path, 2, aside) == 2
+    assert writer_lib.drop_after(path, 2, aside) == 0
     assert [json.loads(x)["step"] for x in open(path)] == [1, 2]
     assert [json.loads(x)["step"] for x in open(aside)] == [3, 4]
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import rumjax
 from rumjax.benchmarks import timing
 from rumjax.cells.base import resolve_dtype
-from rumjax.training import sharding
+from rumjax import sharding
 
 SHAPES = {  # name: (B, T, Nx, Nh)
     "recall": (128, 53, 36, 50),

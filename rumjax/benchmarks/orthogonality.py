@@ -6,7 +6,7 @@ one seed; issue 26):
 - ``float32``: :func:`rumjax.rum_scan` with float32 parameters and inputs.
 - ``bfloat16``: :func:`rumjax.rum_scan` with the parameters and inputs cast to bfloat16:
   the safe path (gates and hidden states in bfloat16, the rotation and the memory in
-  float32 at ``Precision.HIGHEST``; see :mod:`rumjax.rum`).
+  float32 at ``Precision.HIGHEST``; see :mod:`rumjax.core.rum`).
 - ``bfloat16_naive``: :func:`naive_bfloat16_scan`, *everything* in bfloat16, the memory
   and the rotation included, which is what a user gets from casting a textbook
   implementation of eq. (1)-(2) to bfloat16. For comparison only.
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rumjax
-from rumjax import rum as rum_lib
+from rumjax.core import rum as rum_lib
 
 VARIANTS = ("float32", "bfloat16", "bfloat16_naive")
 LABELS = {

@@ -46,13 +46,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.core import precision
+
 Array = jax.Array
 
 # The names a config may give a dtype by (``config.model.dtype``, ``--dtype``).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# The precision of every dot product on a unitary / rotation path (a TPU runs an f32 dot
-# at the default precision as one bfloat16 pass, a recent GPU as TF32).
-HIGHEST = jax.lax.Precision.HIGHEST
+# The precision of every dot product on a unitary / rotation path (:mod:`rumjax.core.precision`).
+HIGHEST = precision.HIGHEST
 
 
 def resolve_dtype(value: Any, field: str = "dtype") -> Any:
@@ -79,7 +80,7 @@ def resolve_dtype(value: Any, field: str = "dtype") -> Any:
 def precise(dtype: Any) -> Any:
   """At least float32: the dtype of a unitary path or state under computation ``dtype``
   (``bfloat16 -> float32``, ``float32 -> float32``, ``float64 -> float64``)."""
-  return jnp.promote_types(dtype, jnp.float32)
+  return precision.at_least_float32(dtype)
 
 
 def precise_state(state: Array, dtype: Any) -> Array:

@@ -20,7 +20,7 @@ from typing import Callable, Union
 import flax.linen as nn
 import jax.numpy as jnp
 
-from rumjax import rum as rum_lib
+from rumjax.core import rum as rum_lib
 from rumjax.cells.base import RecurrentCell
 from rumjax.cells.registry import register_cell
 

@@ -7,7 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax import rum as rum_lib
+from rumjax.core import rum as rum_lib
+from rumjax.core.precision import at_least_float32
 from rumjax.cells import base
 from rumjax.cells.registry import register_cell
 
@@ -43,13 +44,13 @@ class RUMCell(nn.RNNCellBase):
       inputs, the parameters and ``h``. The rotation path (normalised vectors, cos/sin,
       ``R_t = R_{t-1} Rotation(e, tau)``) is computed in ``promote_types(dtype,
       float32)`` at ``Precision.HIGHEST`` and the memory ``R`` is carried in it (float32
-      for bfloat16), so it stays orthogonal to float32 accuracy (:mod:`rumjax.rum`).
+      for bfloat16), so it stays orthogonal to float32 accuracy (:mod:`rumjax.core.rum`).
     param_dtype: the dtype of the parameters (float32 by default).
 
   ``cos(theta_t)``, the cosine of the angle between the cell's ``e_t`` and ``tau_t``
   (after layer norm, if any), is sown as ``intermediates/.../cell/cos_theta``,
   <float>[...] per step, only when the ``"intermediates"`` collection is mutable
-  (``model.apply(..., mutable=["intermediates"])``; see :func:`rumjax.analysis.cos_theta`),
+  (``model.apply(..., mutable=["intermediates"])``; see :func:`rumjax.analysis.angles`),
   so training pays nothing for it. Under ``nn.RNN`` the collection is visible inside the
   scan only with ``variable_axes={"intermediates": <time axis>}`` (as
   :func:`rumjax.models.sequence.run_recurrence` does), which stacks the steps to
@@ -99,7 +100,7 @@ class RUMCell(nn.RNNCellBase):
     inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
         lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
     # The memory R stays in at least float32 (never rounded to a bfloat16 policy).
-    carry = (jnp.asarray(r, rum_lib.rotation_dtype(dtype)), h) if self.lam else h
+    carry = (jnp.asarray(r, at_least_float32(dtype)), h) if self.lam else h
     norms = {}
     if self.layer_norm:
       ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
@@ -129,7 +130,7 @@ class RUMCell(nn.RNNCellBase):
     h = self.carry_init(rng, batch + (self.features,), h_dtype)
     if not self.lam:
       return h
-    eye = jnp.eye(self.features, dtype=rum_lib.rotation_dtype(h_dtype))
+    eye = jnp.eye(self.features, dtype=at_least_float32(h_dtype))
     return jnp.broadcast_to(eye, batch + eye.shape), h
 
   @property

@@ -13,8 +13,8 @@ from typing import Any, Callable, Optional
 import jax
 
 from rumjax.evaluators.base import register_evaluator
-from rumjax.training import metrics as metrics_lib
-from rumjax.training import sharding as sharding_lib
+from rumjax import metrics as metrics_lib
+from rumjax import sharding as sharding_lib
 
 
 def sharded_batches(data: Callable[[], Any], mesh, batches: Optional[int]):

@@ -40,7 +40,7 @@ import jax
 import numpy as np
 
 from rumjax.evaluators.base import register_evaluator
-from rumjax.training import sharding as sharding_lib
+from rumjax import sharding as sharding_lib
 
 DEFAULT_ROUGE_TYPES = ("rouge1", "rouge2", "rougeLsum")
 # The types rouge-score knows: rouge1 .. rouge9 (n-grams), rougeL, rougeLsum.

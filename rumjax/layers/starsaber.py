@@ -1,4 +1,4 @@
-"""The StarSaber layer as a Flax module, on top of the functional :mod:`rumjax.starsaber`.
+"""The StarSaber layer as a Flax module, on top of the functional :mod:`rumjax.core.starsaber`.
 
 ``StarSaberLayer(d, variant)`` owns parameters with exactly the functional names (``"U"``,
 ``"Q"``, ``"V"``, ``"W"``, ``"alpha"``, and ``"W_r"``, ``"V_r"``, ``"W_i"``, ``"V_i"`` for
@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax import starsaber as starsaber_lib
+from rumjax.core import starsaber as starsaber_lib
 
 Array = jax.Array
 

@@ -46,7 +46,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax import lstmn as lstmn_lib
+from rumjax.core import lstmn as lstmn_lib
+from rumjax.core.attention import masked_softmax
+from rumjax.core.precision import at_least_float32
 from rumjax.models.lstmn import LSTMN
 
 Array = jax.Array
@@ -150,7 +152,7 @@ def last_state(hs: Array, cs: Array, mask: Optional[Array]) -> tuple[Array, Arra
 
 def deep_fusion_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: tuple,
                      tapes: tuple, k: Array, *, memory_span: Optional[int] = None):
-  """One deep-fusion decoder step, eqs. (4)-(8) and (11)-(16), :func:`rumjax.lstmn.tape_scan`
+  """One deep-fusion decoder step, eqs. (4)-(8) and (11)-(16), :func:`rumjax.core.lstmn.tape_scan`
   protocol.
 
   Args:
@@ -159,7 +161,7 @@ def deep_fusion_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry
       ``src_proj`` ``W_g Y`` <[B, M, Nb]>.
     const: ``(valid_tape, pos_tape, src_mask <bool>[B, M])``.
     x_t: the input projections ``(W_x x_t, gates, W_x' x_t (eq. 11), W_r x_t + b_r)``.
-    aux_t: ``(m_t, pos_t)`` as in :func:`rumjax.lstmn.lstmn_step`.
+    aux_t: ``(m_t, pos_t)`` as in :func:`rumjax.core.lstmn.lstmn_step`.
     carry: ``(h~_{t-1}, g~_{t-1})``, kept unchanged over padded target steps.
     tapes: the target tapes ``(H, C, W_h H)``.
     k: the 0-based step index.
@@ -293,9 +295,9 @@ def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array
   queries = tgt_hs @ params["inter_h"]                                # [B, T, Nb]
   scores = jnp.einsum("btma,a->btm", jnp.tanh(keys[:, None] + queries[:, :, None]),
                       params["inter_u"],
-                      preferred_element_type=lstmn_lib.at_least_float32(keys, queries))
+                      preferred_element_type=at_least_float32(keys, queries))
   # Scores and softmax in float32 (the precision policy); the weights in the tapes' dtype.
-  alpha = lstmn_lib.masked_softmax(scores, src_mask[:, None, :]).astype(
+  alpha = masked_softmax(scores, src_mask[:, None, :]).astype(
       jnp.result_type(src_hs))
   context = jnp.einsum("btm,bmn->btn", alpha, src_hs)
   out = jnp.tanh(context @ params["out_ctx"] + tgt_hs @ params["out_h"] + params["out_bias"])

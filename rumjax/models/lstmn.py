@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax import lstmn as lstmn_lib
+from rumjax.core import lstmn as lstmn_lib
 from rumjax.cells.base import check_probability
 
 Array = jax.Array

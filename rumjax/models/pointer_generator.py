@@ -87,7 +87,7 @@ Usage::
     >>> fn, init = make_tokens_to_logits(model, variables["params"], batch)
     >>> seqs, scores = rumjax.decoding.beam_search(fn, init, batch_size=B, beam_size=4, ...)
 
-Analysis (RUM paper, Figure 6; :mod:`rumjax.summ_analysis`):
+Analysis (RUM paper, Figure 6; :mod:`rumjax.analysis.summarization`):
 
 * ``"state_norm"`` <[B, T]>: ``||s_t||_2``, the L2 norm of the decoder state ``s_t`` (the
   concatenated vector leaves of the carry, as in ``W_s s_t``) after step ``t``; computed

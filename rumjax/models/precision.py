@@ -13,7 +13,7 @@ attention logits and softmax (StarSaber, the Transformer's ``force_fp32_for_soft
 LSTMN, the pointer-generator's attention, pointer distribution and coverage),
 layer-norm statistics (``nn.LayerNorm`` reduces in float32), the losses and metrics
 (:mod:`rumjax.metrics`), beam-search scores (:mod:`rumjax.decoding`) and RUM's rotation
-path (:mod:`rumjax.rum`). A state carried between windows or decoder steps keeps the
+path (:mod:`rumjax.core.rum`). A state carried between windows or decoder steps keeps the
 dtypes of its cell's ``initialize_carry`` (:func:`carry_like`), so a jitted step sees
 the same types at every call.
 """
@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
+from rumjax.core.precision import at_least_float32
 from rumjax.cells.base import DTYPES   # the one table of policy names (cells use it too)
 
 FIELDS = ("dtype", "param_dtype")
@@ -59,7 +60,7 @@ def resolve(model: Mapping[str, Any]) -> dict:
 def float32_logits(logits: jax.Array) -> jax.Array:
   """Logits in float32, or wider if they are (the policy: what feeds a softmax or a loss
   is never bfloat16; float64 stays float64)."""
-  return jnp.asarray(logits, jnp.promote_types(jnp.result_type(logits), jnp.float32))
+  return jnp.asarray(logits, at_least_float32(logits))
 
 
 def carry_like(carry: Any, template: Any) -> Any:

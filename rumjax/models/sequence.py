@@ -52,7 +52,7 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   attribute ``whole_sequence`` (:class:`rumjax.models.lstmn.LSTMNCore`) is called on the
   whole sequence as ``core(xs, initial_carry=..., return_carry=...)``. On both paths a RUM cell sows
   ``cos(theta_t)`` <float>[batch, T] when ``"intermediates"`` is mutable
-  (:func:`rumjax.analysis.cos_theta`): at ``<name>/cos_theta`` (``rum_scan``) or
+  (:func:`rumjax.analysis.angles`): at ``<name>/cos_theta`` (``rum_scan``) or
   ``<name>/cell/cos_theta`` (``nn.RNN``).
 
   Args:

@@ -37,7 +37,7 @@ based on the averaged hidden vector passed to a 2-layer neural network classifie
 ReLU"). Pooling is the masked mean for every model here, ``"last"`` by config.
 
 :func:`intra_attention` re-runs the LSTMN layers of a trained model on a batch and returns
-their intra-attention weights (the picture of Figures 4-5, :mod:`rumjax.plotting_attention`).
+their intra-attention weights (the picture of Figures 4-5, :mod:`rumjax.plotting.attention`).
 """
 
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import lstmn as lstmn_lib
+from rumjax.core import lstmn as lstmn_lib
 from rumjax.cells.base import check_probability
 from rumjax.models.fusion import DeepFusion, ShallowFusion
 from rumjax.models import precision
@@ -99,7 +99,7 @@ def pool(hs: Array, mask: Array, pooling: str) -> Array:
 
 def pretrained_init(matrix: Callable[[], np.ndarray]) -> Callable:
   """An ``nn.Embed`` initializer returning ``matrix()`` (<float>[V, D], e.g. from
-  :func:`rumjax.embeddings.load_word_vectors`); called only when parameters are
+  :func:`tasks.text.embeddings.load_word_vectors`); called only when parameters are
   initialised, so a model can be built without reading the vector file."""
 
   def init(key, shape, dtype=jnp.float32):

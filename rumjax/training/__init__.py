@@ -10,7 +10,7 @@ from rumjax.training.loop import (NonFiniteError, StopRequest, count_model_param
                                   make_evaluators, predict_fns, train_and_evaluate,
                                   train_step)
 from rumjax.training.optim import make_optimizer, make_schedule
-from rumjax.training.sharding import make_mesh, replicate, shard_batch
+from rumjax.sharding import make_mesh, replicate, shard_batch
 from rumjax.training.state import TrainState
 
 __all__ = ["Checkpointer", "StateMismatchError", "WorkdirError", "WorkdirLock", "EarlyStopping", "NonFiniteError", "StopRequest", "Periodic", "TimeBudget",

@@ -33,13 +33,14 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from rumjax import evaluators as evaluators_lib
+from rumjax import metrics as metrics_lib
+from rumjax import sharding as sharding_lib
 from rumjax import utils
 from rumjax.training import checkpoint as checkpoint_lib
 from rumjax.training import hooks as hooks_lib
-from rumjax.training import metrics as metrics_lib
 from rumjax.training import optim
 from rumjax.training import progress as progress_lib
-from rumjax.training import sharding as sharding_lib
+from rumjax.training import writer as writer_lib
 from rumjax.training import workdir as workdir_lib
 from rumjax.training.state import TrainState
 
@@ -180,7 +181,7 @@ def _init_variables(model, batch, model_state, init_key, dropout_key):
 def make_optimizer(config, task) -> optax.GradientTransformation:
   """:func:`optim.make_optimizer` of ``config``, passed through the task's optional
   ``wrap_optimizer(config, tx) -> tx`` (e.g. the LSTMN paper's first-epoch scaling of the
-  pre-trained embedding rows, :func:`rumjax.embeddings.scale_embedding_rows`)."""
+  pre-trained embedding rows, :func:`tasks.text.embeddings.scale_embedding_rows`)."""
   tx = optim.make_optimizer(config)
   wrap = getattr(task, "wrap_optimizer", None)
   return tx if wrap is None else wrap(config, tx)
@@ -407,7 +408,7 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest) -> dict:
     step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
                                         loss_and_metrics=task.loss_and_metrics),
                       donate_argnums=0)
-    writer = metrics_lib.MetricWriter(workdir, start_step=step)
+    writer = writer_lib.MetricWriter(workdir, start_step=step)
 
     def save(directory, at_step, at_state):
       if directory == workdir:

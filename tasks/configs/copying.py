@@ -6,6 +6,7 @@ batch 128, RMSProp decay 0.9, lr 1e-3, 10k steps) and changes the fields below.
 """
 
 from rumjax import experiments, plotting
+from rumjax.analysis import angles
 from tasks import copying as copying_task
 
 _RUM = {"model.cell": "rum", "model.lam": 1, "model.eta": None, "model.hidden_size": 100}
@@ -80,7 +81,8 @@ def experiment(delay: int) -> experiments.Experiment:
       name=f"copying_T{delay}", task=copying_task, variant=f"T{delay}", models=MODELS,
       tiny=TINY, paper={k: {"note": v} for k, v in FIGURE4.items()},
       paper_source="Figure 4 (T=500 only) and section 4.1", columns=COLUMNS, notes=notes,
-      plot=plot)
+      plot=plot,
+      hooks=angles.recorder_hooks, figures=plotting.rum_figures)
 
 
 EXPERIMENTS = {f"copying_T{t}": experiment(t) for t in DELAYS}

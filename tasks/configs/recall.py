@@ -6,6 +6,7 @@ hidden 50, batch 128, RMSProp lr 1e-3, 100k steps) and changes the fields below.
 """
 
 from rumjax import experiments, plotting
+from rumjax.analysis import angles
 from tasks import recall as recall_task
 
 _RUM = {"model.cell": "rum", "model.lam": 1, "model.eta": None, "model.hidden_size": 50}
@@ -68,7 +69,8 @@ def experiment(length: int) -> experiments.Experiment:
       name=f"recall_T{length}", task=recall_task, variant=f"T{length}", models=MODELS,
       tiny=TINY, paper={k: {"test_accuracy_pct": v[column], "params": v[2]}
                         for k, v in TABLE1.items()},
-      paper_source="Table 1", columns=COLUMNS, plot=plot)
+      paper_source="Table 1", columns=COLUMNS, plot=plot,
+      hooks=angles.recorder_hooks, figures=plotting.rum_figures)
 
 
 EXPERIMENTS = {f"recall_T{t}": experiment(t) for t in LENGTHS}

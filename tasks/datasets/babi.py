@@ -46,7 +46,7 @@ is an error that says which files to put where.
 
 import hashlib
 import re
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -210,12 +210,12 @@ def split_train_dev(questions: Sequence[dict], seed: int = DEV_SEED):
 
 def missing_files_message(root, version: str, task: int, *, reason: str) -> str:
   """One line: ``reason``, the files to create and where they come from."""
-  paths = relative_paths(version, task)
-  wanted = ", ".join(str(epath.Path(root) / p) for p in paths.values())
-  return (f"bAbI {config_name(version, task)}: {reason}; create {wanted}: the files of the "
-          f"bAbI v1.2 archive ({URL}, unpacked; its folder {ARCHIVE_ROOT}/ holds en/ and "
-          "en-10k/), laid out as in the archive (or leave manual_dir empty to download it "
-          "when online).")
+  return prepare_lib.create_files_message(
+      f"bAbI {config_name(version, task)}",
+      [epath.Path(root) / p for p in relative_paths(version, task).values()], reason=reason,
+      source=f"the files of the bAbI v1.2 archive ({URL}, unpacked; its folder "
+      f"{ARCHIVE_ROOT}/ holds en/ and en-10k/)", layout="laid out as in the archive",
+      download="it")
 
 
 class BabiConfig(tfds.core.BuilderConfig):
@@ -241,36 +241,30 @@ class Babi(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
       "en-10k/) as manual_dir, e.g. manual_dir/en-10k/qa1_single-supporting-fact_train.txt.")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "story": tfds.features.Sequence(tfds.features.Text()),
-            "story_line_ids": tfds.features.Sequence(np.int32),
-            "question": tfds.features.Text(),
-            "answer": tfds.features.Text(),
-            "supporting_facts": tfds.features.Sequence(np.int32),
-            "story_index": np.int32,
-            "question_index": np.int32,
-        }),
-        homepage="https://research.facebook.com/downloads/babi/",
-        citation=_CITATION,
-    )
+    return prepare_lib.dataset_info(
+        self, {"story": tfds.features.Sequence(tfds.features.Text()),
+               "story_line_ids": tfds.features.Sequence(np.int32),
+               "question": tfds.features.Text(), "answer": tfds.features.Text(),
+               "supporting_facts": tfds.features.Sequence(np.int32),
+               "story_index": np.int32, "question_index": np.int32},
+        homepage="https://research.facebook.com/downloads/babi/", citation=_CITATION,
+        file_order=False)
+
+  def _missing_files(self, root, *, reason: str) -> str:
+    config = self.builder_config
+    return missing_files_message(root, config.babi_version, config.task, reason=reason)
 
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding ``en/`` and ``en-10k/``: ``manual_dir`` or the download."""
-    version, task = self.builder_config.babi_version, self.builder_config.task
     return prepare_lib.source_root(
         dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_ROOT,
-        missing=lambda path, reason: missing_files_message(path, version, task,
-                                                           reason=reason))
+        missing=self._missing_files)
 
   def _split_generators(self, dl_manager):
-    version, task = self.builder_config.babi_version, self.builder_config.task
-    root = self._source_root(dl_manager)
-    paths = {s: root / p for s, p in relative_paths(version, task).items()}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-      raise FileNotFoundError(missing_files_message(
-          root, version, task, reason=f"missing file(s) {missing}"))
+    config = self.builder_config
+    paths = prepare_lib.require_files(
+        self._source_root(dl_manager), relative_paths(config.babi_version, config.task),
+        self._missing_files)
     train, dev = split_train_dev(parse_file(paths["train"]))
     test = parse_file(paths["test"])
     return {"train": self._generate_examples(train), "dev": self._generate_examples(dev),
@@ -288,10 +282,9 @@ def prepare(version: str, task: int, manual_dir: str = "", data_dir: str = "") -
   """The prepared builder of a sub-task (prepared in ``data_dir`` on first use; safe for two
   runs that share ``data_dir``).
 
-  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
-  ``<version>_qa<task>-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`),
-  so a changed file is prepared afresh. Logs one line per split whose question count is not
-  the published one (:data:`NUM_QUESTIONS`).
+  Data from ``manual_dir`` is prepared under the config ``<version>_qa<task>-<tag>`` of its
+  files (:func:`prepare_lib.prepare_sourced`: a changed file is prepared afresh). Logs one
+  line per split whose question count is not :data:`NUM_QUESTIONS`.
 
   Raises:
     FileNotFoundError: listing the files to put in ``manual_dir``.
@@ -309,7 +302,7 @@ def prepare(version: str, task: int, manual_dir: str = "", data_dir: str = "") -
                                         record=record, dataset=f"bAbI {name}")
   root = manual_dir or f"the downloaded {ARCHIVE_ROOT}"
   prepare_lib.warn_counts(
-      f"bAbI {name}", {s: builder.info.splits[s].num_examples for s in SPLIT_FILES},
+      f"bAbI {name}", prepare_lib.split_sizes(builder, tuple(SPLIT_FILES)),
       NUM_QUESTIONS[version], what="questions",
       files={s: f"{epath.Path(root) / paths[f]}" for s, f in SPLIT_FILES.items()})
   return builder

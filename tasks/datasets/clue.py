@@ -53,7 +53,7 @@ Use (TensorFlow not needed)::
 """
 
 import json
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -111,7 +111,7 @@ class ClueFormatError(ValueError):
   """A line that is not a CLUE JSON record; the message names the file and line."""
 
 
-class MissingSplitError(FileNotFoundError):
+class MissingSplitError(prepare_lib.MissingSplitError):
   """A split whose file was missing when the data was prepared; the message names it."""
 
 
@@ -120,9 +120,7 @@ def _check_task(task: str) -> None:
     raise ValueError(f"task={task!r} is not a CLUE task here; use one of {list(TASKS)}.")
 
 
-def _check_split(split: str) -> None:
-  if split not in FILE_NAMES:
-    raise ValueError(f"split={split!r} is not a CLUE split; use one of {list(SPLITS)}.")
+_check_split = prepare_lib.split_checker(SPLITS, "a CLUE split")
 
 
 def expected_file(root, split: str) -> str:
@@ -228,61 +226,43 @@ def _parse(lines: Iterable[Union[str, bytes]], task: str, split: str, source: st
   codes = {code: i for i, (code, _) in enumerate(names)}
   descs = dict(names)
   fields = _TEXT_FIELDS[task]
-  out, dropped, index, offset = [], 0, -1, 0
-  for lineno, line in enumerate(lines, start=1):
+  want = ", ".join(fields + (("label",) if split != "test" else ("id",)))
 
-    def fail(msg):
-      want = ", ".join(fields + (("label",) if split != "test" else ("id",)))
-      raise ClueFormatError(f"{source}, line {lineno}: {msg}; a CLUE {task} line is one "
-                            f"JSON object with {want}.")
+  def fail(lineno, msg):
+    raise ClueFormatError(f"{source}, line {lineno}: {msg}; a CLUE {task} line is one JSON "
+                          f"object with {want}.")
 
-    if isinstance(line, bytes):
-      start, offset = offset, offset + len(line)
-      try:
-        line = line.decode("utf-8")
-      except UnicodeDecodeError as err:
-        fail(f"not UTF-8: byte {start + err.start:,} of the file is "
-             f"0x{line[err.start]:02x} (binary, damaged or another encoding?); save the "
-             "file as UTF-8 (CLUE's own files are)")
-    if lineno == 1:
-      line = line.lstrip("\ufeff")
-    if not line.strip():
-      continue
-    index += 1
-    try:
-      record = json.loads(line)
-    except ValueError as err:
-      fail(f"not JSON ({err})")
-    if not isinstance(record, dict):
-      fail(f"a JSON {type(record).__name__}, not an object")
+  out, dropped = [], 0
+  for lineno, index, record in prepare_lib.json_records(
+      lines, fail, fix="save the file as UTF-8 (CLUE's own files are)"):
     for key in fields:
       if key not in record:
-        fail(f"no field {key!r}")
+        fail(lineno, f"no field {key!r}")
       if not isinstance(record[key], str):
-        fail(f"field {key!r} is a {type(record[key]).__name__}, not a string")
+        fail(lineno, f"field {key!r} is a {type(record[key]).__name__}, not a string")
     raw = record.get("label")
     if raw is None or (split == "test" and raw == ""):
       if split != "test":
-        fail("no field 'label'")
+        fail(lineno, "no field 'label'")
       label = NO_LABEL
     elif task == "cmnli" and str(raw) == NLI_NO_GOLD:
       dropped += 1
       continue
     elif str(raw) not in codes:
-      fail(f"label {raw!r} is none of {list(codes)}")
+      fail(lineno, f"label {raw!r} is none of {list(codes)}")
     else:
       label = codes[str(raw)]
       desc = record.get("label_desc")
       if desc is not None and str(desc) != descs[str(raw)]:
-        fail(f"label_desc {desc!r} is not {descs[str(raw)]!r}, the name of label {raw!r} "
-             "in the label list (labels.json)")
+        fail(lineno, f"label_desc {desc!r} is not {descs[str(raw)]!r}, the name of label "
+             f"{raw!r} in the label list (labels.json)")
     ident = record.get("id", index)
     try:
       if isinstance(ident, bool) or not isinstance(ident, (int, str)):
         raise ValueError
       ident = int(ident)
     except ValueError:
-      fail(f"id {record['id']!r} is not an integer")
+      fail(lineno, f"id {record['id']!r} is not an integer")
     out.append({"index": index, "id": ident, "sentence1": record[fields[0]],
                 "sentence2": record[fields[1]] if len(fields) > 1 else "",
                 "label": label})
@@ -340,13 +320,6 @@ def no_files_message(task: str, root, *, reason: str) -> str:
           "when online.")
 
 
-def missing_splits_line(task: str, root, splits: Sequence[str]) -> str:
-  """One line: which splits are missing and where their files go."""
-  return (f"CLUE {task}: building {', '.join(s for s in SPLITS if s not in splits)} only; "
-          f"no {', '.join(splits)} split, file(s) missing: "
-          f"{', '.join(expected_file(root, s) for s in splits)}.")
-
-
 class ClueConfig(tfds.core.BuilderConfig):
   """A CLUE task: ``"afqmc"``, ``"tnews"`` or ``"cmnli"``."""
 
@@ -356,7 +329,8 @@ class ClueConfig(tfds.core.BuilderConfig):
     self.task = task
 
 
-class Clue(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
+class Clue(prepare_lib.AllowDownload, prepare_lib.ExamplesByIndex,
+           tfds.core.GeneratorBasedBuilder):
   """CLUE AFQMC / TNEWS / CMNLI, one example per line; builds the splits whose files exist."""
 
   VERSION = tfds.core.Version("1.0.0")
@@ -369,20 +343,11 @@ class Clue(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
       "manual_dir.")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "index": np.int32,
-            "id": np.int64,
-            "sentence1": tfds.features.Text(),
-            "sentence2": tfds.features.Text(),
-            "label": np.int32,
-        }),
-        homepage="https://www.cluebenchmarks.com/",
-        citation=_CITATION,
-        # Written with the data: the source folder, the missing splits, the label list.
-        metadata=tfds.core.MetadataDict(),
-        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
-    )
+    return prepare_lib.dataset_info(
+        self, {"index": np.int32, "id": np.int64, "sentence1": tfds.features.Text(),
+               "sentence2": tfds.features.Text(), "label": np.int32},
+        homepage="https://www.cluebenchmarks.com/", citation=_CITATION,
+        metadata=True)  # the source folder, the missing splits, the label list
 
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding the ``.json`` files: ``manual_dir`` or the download."""
@@ -396,13 +361,10 @@ class Clue(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   def _split_generators(self, dl_manager):
     task = self.builder_config.task
     root = self._source_root(dl_manager)
-    paths = {s: find_file(root, s) for s in SPLITS}
-    missing = [s for s, p in paths.items() if p is None]
-    if len(missing) == len(SPLITS):
-      raise FileNotFoundError(no_files_message(task, root,
-                                               reason=f"no CLUE {task} file in {root}"))
-    if missing:
-      logging.warning(missing_splits_line(task, root, missing))
+    paths = prepare_lib.split_files(
+        self, root, {s: find_file(root, s) for s in SPLITS}, dataset=f"CLUE {task}",
+        expected=expected_file,
+        no_files=no_files_message(task, root, reason=f"no CLUE {task} file in {root}"))
     if task == "tnews" and not (epath.Path(root) / LABELS_FILE).exists():
       logging.warning(f"CLUE tnews: no {epath.Path(root) / LABELS_FILE}; using CLUE's 15 "
                       "labels (clue.LABEL_NAMES['tnews']).")
@@ -412,34 +374,16 @@ class Clue(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
                       f"from CLUE's list; using the file's: {[c for c, _ in labels]}.")
     examples, dropped = {}, {}
     for split, path in paths.items():
-      if path is not None:
-        with path.open("rb") as f:
-          examples[split], dropped[split] = _parse(f, task, split, str(path), labels)
-        if dropped[split]:
-          logging.warning(_dropped_line(task, str(path), dropped[split]))
-    self.info.metadata["source_dir"] = str(root)
-    self.info.metadata["missing_splits"] = missing
+      with path.open("rb") as f:
+        examples[split], dropped[split] = _parse(f, task, split, str(path), labels)
+      if dropped[split]:
+        logging.warning(_dropped_line(task, str(path), dropped[split]))
     self.info.metadata["labels"] = [list(pair) for pair in labels]
     self.info.metadata["dropped_no_gold"] = dropped
     return {s: self._generate_examples(v) for s, v in examples.items()}
 
-  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
-    for ex in examples:
-      yield ex["index"], ex
-
 
 # --------------------------------------------------------------------------- reading
-
-
-def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
-  """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return prepare_lib.available_splits(builder, SPLITS)
-
-
-def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
-  """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  return prepare_lib.missing_split_message(builder, split, dataset=f"CLUE {builder.builder_config.task}", splits=SPLITS,
-                                           expected=expected_file, what="file")
 
 
 def prepare(task: str, manual_dir: str = "", data_dir: str = "") -> Clue:
@@ -470,9 +414,8 @@ def prepare(task: str, manual_dir: str = "", data_dir: str = "") -> Clue:
   if task in NUM_EXAMPLES:
     root = (builder.info.metadata or {}).get("source_dir") or "<the download>"
     prepare_lib.warn_counts(
-        f"CLUE {task}", {s: builder.info.splits[s].num_examples
-                         for s in available_splits(builder)},
-        NUM_EXAMPLES[task], what="examples", files={s: expected_file(root, s) for s in SPLITS})
+        f"CLUE {task}", prepare_lib.split_sizes(builder, SPLITS), NUM_EXAMPLES[task],
+        what="examples", files={s: expected_file(root, s) for s in SPLITS})
   return builder
 
 
@@ -483,21 +426,15 @@ def _plain(row: Mapping) -> dict:
           "label": int(row["label"])}
 
 
-def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
-               split: Optional[str] = None) -> list[dict]:
-  """The examples of a split as plain dicts (module docstring), in file order.
-
-  Args:
-    source: a prepared :class:`Clue` builder (then give ``split``) or a data source
-      (``builder.as_data_source(split)``).
-    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
-
-  Raises:
-    MissingSplitError: the split's file was missing when the data was prepared.
-  """
-  return prepare_lib.read_rows(
-      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
-      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
+# The examples of a split as plain dicts (module docstring), in file order:
+# read_split(builder, split) or read_split(data_source); a split that was not built is a
+# MissingSplitError naming its file.
+_READER = prepare_lib.SplitReader(
+    SPLITS, _plain, _check_split, dataset=lambda b: f"CLUE {b.builder_config.task}",
+    expected=expected_file, error=MissingSplitError)
+read_split = _READER.read
+available_splits = _READER.available
+missing_split_message = _READER.missing_message
 
 
 def load_splits(task: str, manual_dir: str = "", data_dir: str = "",
@@ -505,9 +442,7 @@ def load_splits(task: str, manual_dir: str = "", data_dir: str = "",
   """``{split: read_split(...)}`` of :func:`prepare`'s builder: the splits it holds
   (``splits=None``) or ``splits`` (every one of them must have been built, else
   :class:`MissingSplitError`)."""
-  builder = prepare(task, manual_dir, data_dir)
-  wanted = available_splits(builder) if splits is None else splits
-  return {s: read_split(builder, s) for s in wanted}
+  return _READER.read_all(prepare(task, manual_dir, data_dir), splits)
 
 
 def label_counts(examples: Iterable[Mapping], num_classes: int) -> np.ndarray:

@@ -70,7 +70,7 @@ Use (TensorFlow not needed)::
 
 import dataclasses
 import hashlib
-from typing import Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -135,14 +135,11 @@ class StoryFormatError(ValueError):
     return type(self), (self.source, self.reason, self.hint)
 
 
-class MissingSplitError(FileNotFoundError):
+class MissingSplitError(prepare_lib.MissingSplitError):
   """A split whose url list was missing when the data was prepared; the message names it."""
 
 
-def _check_split(split: str) -> None:
-  if split not in URL_LISTS:
-    raise ValueError(f"split={split!r} is not a CNN/DailyMail split; use one of "
-                     f"{list(SPLITS)}.")
+_check_split = prepare_lib.split_checker(SPLITS, "a CNN/DailyMail split")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -276,13 +273,6 @@ def no_files_message(root, *, reason: str) -> str:
           "download them when online.")
 
 
-def missing_splits_line(root, splits: Sequence[str]) -> str:
-  """One line: which splits are not built and the url lists they need."""
-  return (f"CNN/DailyMail: building {', '.join(s for s in SPLITS if s not in splits)} only; "
-          f"no {', '.join(splits)} split, url list missing: "
-          f"{', '.join(expected_list(root, s) for s in splits)}.")
-
-
 def missing_stories_line(split: str, list_path, story_dirs: Sequence, missing: Sequence,
                          total: int, *, skipped: bool) -> str:
   """One line: how many stories of a url list have no file, and the first one's path."""
@@ -340,20 +330,12 @@ class CnnDailymail(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
       f"{HOMEPAGE}'s url_lists/all_{{train,val,test}}.txt in <manual_dir>/url_lists/.")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "index": np.int32,
-            "id": tfds.features.Text(),
-            "article": tfds.features.Text(),
-            "highlights": tfds.features.Text(),
-        }),
-        supervised_keys=("article", "highlights"),
-        homepage=HOMEPAGE,
-        citation=_CITATION,
-        # Written with the data: the source, the missing splits, skipped stories per split.
-        metadata=tfds.core.MetadataDict(),
-        disable_shuffling=True,  # keep url-list order on disk (read_split sorts anyway)
-    )
+    return prepare_lib.dataset_info(
+        self, {"index": np.int32, "id": tfds.features.Text(),
+               "article": tfds.features.Text(), "highlights": tfds.features.Text()},
+        supervised_keys=("article", "highlights"), homepage=HOMEPAGE, citation=_CITATION,
+        # The source, the missing splits, skipped stories per split; stored in url-list order.
+        metadata=True)
 
   def _source(self, dl_manager) -> Source:
     """``manual_dir`` when it exists and is not empty, else the download of :data:`URLS`."""
@@ -381,23 +363,18 @@ class CnnDailymail(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
     config = self.builder_config
     source = self._source(dl_manager)
     root = source.root
-    missing = [s for s in SPLITS if source.url_lists[s] is None]
-    if len(missing) == len(SPLITS):
-      raise FileNotFoundError(no_files_message(
-          root, reason=f"no url list in {epath.Path(root) / URL_LIST_FOLDER}"))
+    url_lists = prepare_lib.split_files(
+        self, root, source.url_lists, dataset="CNN/DailyMail", expected=expected_list,
+        what="url list", no_files=no_files_message(
+            root, reason=f"no url list in {epath.Path(root) / URL_LIST_FOLDER}"))
     if not source.story_dirs:
       raise FileNotFoundError(no_files_message(root, reason=f"no story folder in {root}"))
-    if missing:
-      logging.warning(missing_splits_line(root, missing))
     # File name -> folder, the first folder of STORY_FOLDERS winning (one listing each).
     where = {}
     for folder in reversed(source.story_dirs):
       where.update((p.name, folder) for p in folder.iterdir())
     plans, skipped_missing = {}, {}
-    for split in SPLITS:
-      list_path = source.url_lists[split]
-      if list_path is None:
-        continue
+    for split, list_path in url_lists.items():
       urls = read_url_list(list_path)
       found, absent = [], []
       for index, url in enumerate(urls):
@@ -416,9 +393,7 @@ class CnnDailymail(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
       plans[split] = found
       skipped_missing[split] = len(absent)
     metadata = self.info.metadata
-    metadata["source_dir"] = str(root)
     metadata["story_dirs"] = [str(d) for d in source.story_dirs]
-    metadata["missing_splits"] = missing
     metadata["missing_stories"] = skipped_missing
     metadata["malformed_stories"] = {s: 0 for s in plans}
     return {s: self._generate_examples(s, plan) for s, plan in plans.items()}
@@ -449,17 +424,6 @@ class CnnDailymail(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
-  """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return prepare_lib.available_splits(builder, SPLITS)
-
-
-def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
-  """One line: ``split`` was not built, the url list it needs, how to rebuild."""
-  return prepare_lib.missing_split_message(builder, split, dataset="CNN/DailyMail", splits=SPLITS,
-                                           expected=expected_list, what="url list")
 
 
 def prepare(manual_dir: str = "", data_dir: str = "", *, allow_missing_stories: bool = False,
@@ -501,21 +465,15 @@ def _plain(row: Mapping) -> dict:
           "article": text(row["article"]), "highlights": text(row["highlights"])}
 
 
-def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
-               split: Optional[str] = None) -> list[dict]:
-  """The examples of a split as plain dicts (module docstring), in url-list order.
-
-  Args:
-    source: a prepared :class:`CnnDailymail` builder (then give ``split``) or a data source
-      (``builder.as_data_source(split)``).
-    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
-
-  Raises:
-    MissingSplitError: the split's url list was missing when the data was prepared.
-  """
-  return prepare_lib.read_rows(
-      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
-      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
+# The examples of a split as plain dicts (module docstring), in url-list order:
+# read_split(builder, split) or read_split(data_source); a split that was not built is a
+# MissingSplitError naming its url list.
+_READER = prepare_lib.SplitReader(SPLITS, _plain, _check_split, dataset="CNN/DailyMail",
+                                  expected=expected_list, error=MissingSplitError,
+                                  what="url list")
+read_split = _READER.read
+available_splits = _READER.available
+missing_split_message = _READER.missing_message
 
 
 def load_splits(manual_dir: str = "", data_dir: str = "",
@@ -523,6 +481,4 @@ def load_splits(manual_dir: str = "", data_dir: str = "",
   """``{split: read_split(...)}`` of :func:`prepare`'s builder (``options``: its keyword
   arguments): the splits it holds (``splits=None``) or ``splits`` (every one of them must
   have been built, else :class:`MissingSplitError`)."""
-  builder = prepare(manual_dir, data_dir, **options)
-  wanted = available_splits(builder) if splits is None else splits
-  return {s: read_split(builder, s) for s in wanted}
+  return _READER.read_all(prepare(manual_dir, data_dir, **options), splits)

@@ -20,10 +20,18 @@ Source files are read as UTF-8 (:func:`read_text_lines`); a file that is not (bi
 another encoding, a wrong gzip) is a :class:`SourceFileError` naming the file, the byte
 offset and the fix. :func:`warn_counts` logs one line per split whose size differs from the
 published one.
+
+What the builders share otherwise: their ``_info`` (:func:`dataset_info`), examples keyed by
+their place in the file (:class:`ExamplesByIndex`), a builder that needs every file
+(:func:`require_files`) or builds the splits whose files are there (:func:`split_files`,
+:class:`MissingSplitError`), JSON-lines parsing (:func:`json_records`), and reading a
+prepared split back as plain dicts (:class:`SplitReader`: each module's ``read_split``,
+``available_splits``, ``missing_split_message``).
 """
 
 import contextlib
 import copy
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -32,7 +40,7 @@ import os
 import time
 import uuid
 import zlib
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Optional, Sequence, Union
 
 import tensorflow_datasets as tfds
 from absl import logging
@@ -47,6 +55,11 @@ class MissingSourceError(FileNotFoundError, ValueError):
   """Source files are missing (one line listing what to create): a ``FileNotFoundError``
   for callers that fall back to other data (bAbI's en-10k -> en 1k) and a ``ValueError``,
   which the launchers print as a one-line error."""
+
+
+class MissingSplitError(FileNotFoundError):
+  """A split whose source file was missing when the data was prepared (each builder module
+  has its own subclass); the message names the file."""
 
 
 class SourceFileError(ValueError):
@@ -196,6 +209,47 @@ class AllowDownload:
     super().__init__(**kwargs)
 
 
+def unpack_instructions(url: str, folder: str, holds: str) -> str:
+  """``MANUAL_DOWNLOAD_INSTRUCTIONS`` of a builder whose files are the folder ``folder`` of
+  the archive ``url`` (``holds``: the files)."""
+  return f"Unpack {url} and pass its folder {folder}/ as manual_dir (it holds {holds})."
+
+
+def single_config(description: str) -> list[tfds.core.BuilderConfig]:
+  """``BUILDER_CONFIGS`` of a builder without options: one config, ``"default"``, so that data
+  prepared from ``manual_dir`` can be named after its files (:func:`sourced_config`; a
+  download is prepared under ``"default"``)."""
+  return [tfds.core.BuilderConfig(name="default", description=description)]
+
+
+def dataset_info(builder: tfds.core.DatasetBuilder, features: Mapping[str, Any], *,
+                 metadata: bool = False, file_order: bool = True, **kwargs
+                 ) -> tfds.core.DatasetInfo:
+  """``builder``'s ``DatasetInfo``: ``features`` (of a ``FeaturesDict``) and ``kwargs``
+  (``homepage``, ``citation``, ``supervised_keys``).
+
+  Args:
+    metadata: give the builder an empty ``MetadataDict`` that it fills while preparing
+      (the source folder, the missing splits, ...), written with the data.
+    file_order: store the examples in the order of their keys (``disable_shuffling``):
+      the source file's order (``read_split`` sorts anyway).
+  """
+  if metadata:
+    kwargs["metadata"] = tfds.core.MetadataDict()
+  return builder.dataset_info_from_configs(
+      features=tfds.features.FeaturesDict(dict(features)), disable_shuffling=file_order,
+      **kwargs)
+
+
+class ExamplesByIndex:
+  """Mixin (before ``tfds.core.GeneratorBasedBuilder``): ``_generate_examples(examples)``
+  yields every example dict keyed by its ``"index"`` (its place in the source file)."""
+
+  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
+    for ex in examples:
+      yield ex["index"], ex
+
+
 def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: str = "",
             *, wait_seconds: float = 600.0, record: Optional[Mapping] = None,
             dataset: str = "") -> tfds.core.DatasetBuilder:
@@ -260,8 +314,16 @@ def prepare_sourced(builder_cls: type, config: tfds.core.BuilderConfig, manual_d
                  manual_dir, record=record, dataset=dataset)
 
 
+def create_files_message(dataset: str, wanted: Iterable[Any], *, reason: str, source: str,
+                         layout: str = "flat", download: str = "the archive") -> str:
+  """One line for a missing source file: ``"<dataset>: <reason>; create <wanted>: <source>,
+  <layout> (or leave manual_dir empty to download <download> when online)."``"""
+  return (f"{dataset}: {reason}; create {', '.join(str(w) for w in wanted)}: {source}, "
+          f"{layout} (or leave manual_dir empty to download {download} when online).")
+
+
 def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
-                missing: Callable[[Any, str], str]):
+                missing: Callable[..., str]):
   """The folder of a builder's source files: ``manual_dir`` if it exists and is not empty,
   else ``url`` downloaded and extracted (its sub-folder ``folder``).
 
@@ -270,8 +332,8 @@ def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
     allow_download: ``False``: never go online (a missing ``manual_dir`` is an error).
     url: the public archive.
     folder: the folder inside the archive that holds the files.
-    missing: ``(manual_dir, reason) -> message`` for the ``FileNotFoundError`` (it should
-      list the files to put in ``manual_dir``).
+    missing: ``(manual_dir, reason=...) -> message`` for the ``FileNotFoundError`` (it
+      should list the files to put in ``manual_dir``).
   """
   try:
     return dl_manager.manual_dir  # AssertionError if missing or empty
@@ -279,14 +341,60 @@ def source_root(dl_manager, *, allow_download: bool, url: str, folder: str,
     pass
   manual_path = getattr(dl_manager, "_manual_dir", None)
   if not allow_download:
-    raise FileNotFoundError(missing(manual_path, f"manual_dir {manual_path} does not exist "
-                                    "or is empty (and downloading is switched off)"))
+    raise FileNotFoundError(missing(manual_path, reason=f"manual_dir {manual_path} does not "
+                                    "exist or is empty (and downloading is switched off)"))
   try:
     return epath.Path(dl_manager.download_and_extract(url)) / folder
   except Exception as err:  # offline, proxy, ...: say where the files can go instead
     raise FileNotFoundError(missing(
-        manual_path, f"downloading failed ({type(err).__name__}: {str(err)[:200]}) and "
-        f"manual_dir {manual_path} does not exist or is empty")) from err
+        manual_path, reason=f"downloading failed ({type(err).__name__}: {str(err)[:200]}) "
+        f"and manual_dir {manual_path} does not exist or is empty")) from err
+
+
+def split_checker(splits: Sequence[str], what: str) -> Callable[[str], None]:
+  """A function that raises ``ValueError("split='dev' is not <what>; use one of [...]")``
+  for a name that is not one of ``splits``."""
+
+  def check_split(split: str) -> None:
+    if split not in splits:
+      raise ValueError(f"split={split!r} is not {what}; use one of {list(splits)}.")
+
+  return check_split
+
+
+def require_files(root, names: Mapping[str, str], missing: Callable[..., str]) -> dict:
+  """``{split: root / name}`` for a builder that needs every file of ``names``: one that is
+  absent is a ``FileNotFoundError(missing(root, reason=...))``, the reason listing them."""
+  paths = {s: epath.Path(root) / n for s, n in names.items()}
+  absent = [str(p) for p in paths.values() if not p.exists()]
+  if absent:
+    raise FileNotFoundError(missing(root, reason=f"missing file(s) {absent}"))
+  return paths
+
+
+def split_files(builder: tfds.core.DatasetBuilder, root, paths: Mapping[str, Any], *,
+                dataset: str, expected: Callable[[Any, str], str], no_files: str,
+                what: str = "file(s)", sep: str = ", ") -> dict:
+  """The files of the splits that are there (``paths``: ``{split: its file}``; ``None`` or
+  a path that is not a file: missing), for a builder that builds only those.
+
+  No file at all is a ``FileNotFoundError(no_files)``; some missing, one logged line names
+  the splits built and the ``expected(root, split)`` files of the others (``"SNLI: building
+  validation, test only; no train split, <what> missing: <file>."``). Writes ``source_dir``
+  (``root``) and ``missing_splits`` to ``builder.info.metadata`` (for
+  :func:`missing_split_message`).
+  """
+  missing = [s for s, p in paths.items() if p is None or not epath.Path(p).is_file()]
+  if len(missing) == len(paths):
+    raise FileNotFoundError(no_files)
+  if missing:
+    logging.warning(
+        f"{dataset}: building {', '.join(s for s in paths if s not in missing)} only; no "
+        f"{', '.join(missing)} split, {what} missing: "
+        f"{sep.join(expected(root, s) for s in missing)}.")
+  builder.info.metadata["source_dir"] = str(root)
+  builder.info.metadata["missing_splits"] = missing
+  return {s: epath.Path(p) for s, p in paths.items() if s not in missing}
 
 
 # --------------------------------------------------------------------------- source files
@@ -352,6 +460,41 @@ def binary_lines(path) -> Iterable[tuple[int, bytes]]:
           f"{path}: not a complete gzip file ({type(err).__name__}: {err}) after "
           f"{offset:,} bytes of text; give the file as downloaded, or the unpacked file "
           "without .gz.") from None
+
+
+def json_records(lines: Iterable[Union[str, bytes]], fail: Callable[[int, str], NoReturn], *,
+                 fix: str = "save the file as UTF-8") -> Iterator[tuple[int, int, dict]]:
+  """``(line, index, record)`` of every non-blank line of a JSON-lines file: its 1-based
+  line, its 0-based index among the non-blank lines and the JSON object it holds.
+
+  Args:
+    lines: the file's lines, ``str`` or UTF-8 ``bytes`` (decoded here, counting the byte
+      offsets); a BOM at the start of the first line is dropped.
+    fail: ``(line, message)`` -> raises the builder's format error (a line that is not
+      UTF-8, not JSON or not a JSON object).
+    fix: what to do about a line that is not UTF-8 (the end of its message).
+  """
+  index, offset = -1, 0
+  for lineno, line in enumerate(lines, start=1):
+    if isinstance(line, bytes):
+      start, offset = offset, offset + len(line)
+      try:
+        line = line.decode("utf-8")
+      except UnicodeDecodeError as err:
+        fail(lineno, f"not UTF-8: byte {start + err.start:,} of the file is "
+             f"0x{line[err.start]:02x} (binary, damaged or another encoding?); {fix}")
+    if lineno == 1:
+      line = line.lstrip("\ufeff")
+    if not line.strip():
+      continue
+    index += 1
+    try:
+      record = json.loads(line)
+    except ValueError as err:
+      fail(lineno, f"not JSON ({err})")
+    if not isinstance(record, dict):
+      fail(lineno, f"a JSON {type(record).__name__}, not an object")
+    yield lineno, index, record
 
 
 def warn_counts(dataset: str, got: Mapping[str, int], want: Mapping[str, int], *,
@@ -430,6 +573,12 @@ def missing_split_message(builder: tfds.core.DatasetBuilder, split: str, *, data
           f"change; built: {list(available_splits(builder, splits))}).")
 
 
+def split_sizes(builder: tfds.core.DatasetBuilder, splits: Sequence[str]) -> dict[str, int]:
+  """``{split: number of examples}`` of the splits a prepared builder holds, in the order of
+  ``splits`` (for :func:`warn_counts`)."""
+  return {s: builder.info.splits[s].num_examples for s in available_splits(builder, splits)}
+
+
 def all_rows(source: Sequence[Mapping]) -> list:
   """Every row of a data source, in its order: one ``__getitems__`` call when the source
   has it (far faster than a read per row), else one ``source[i]`` per row."""
@@ -452,3 +601,61 @@ def read_rows(source, split: Optional[str], *, splits: Sequence[str],
   rows = all_rows(split_source(source, split, splits=splits, check_split=check_split,
                                missing=missing))
   return sorted((plain(r) for r in rows), key=lambda r: r[order])
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitReader:
+  """How a module reads its builder's prepared splits back as plain dicts: its
+  ``read_split`` (:meth:`read`), ``available_splits``, ``missing_split_message`` and
+  ``load_splits`` (:meth:`read_all`).
+
+  Attributes:
+    splits: the builder's splits, in order.
+    plain: a decoded TFDS row -> the module's plain dict.
+    check_split: raises for a name that is not a split (the module's message).
+    dataset: the data set as messages begin, or ``builder -> `` that (CLUE: the task);
+      ``None``: every split is always built (a missing one is TFDS's own error).
+    expected: ``(source folder, split) -> `` the file a split is built from, in messages.
+    error: the exception class of a split that was not built (its file was missing).
+    what: what ``expected`` names (``"file"``, ``"url list"``).
+  """
+  splits: Sequence[str]
+  plain: Callable[[Mapping], dict]
+  check_split: Callable[[str], None]
+  dataset: Union[None, str, Callable[[Any], str]] = None
+  expected: Optional[Callable[[Any, str], str]] = None
+  error: type = MissingSplitError
+  what: str = "file"
+
+  def available(self, builder: tfds.core.DatasetBuilder) -> tuple:
+    """The splits a prepared builder holds, in the order of :attr:`splits`."""
+    return available_splits(builder, self.splits)
+
+  def missing_message(self, builder: tfds.core.DatasetBuilder, split: str) -> str:
+    """One line: ``split`` was not built, the file it needs, how to rebuild."""
+    dataset = self.dataset(builder) if callable(self.dataset) else self.dataset
+    return missing_split_message(builder, split, dataset=dataset, splits=self.splits,
+                                 expected=self.expected, what=self.what)
+
+  def read(self, source, split: Optional[str] = None) -> list[dict]:
+    """The examples of a split as plain dicts, in file order (:func:`read_rows`).
+
+    Args:
+      source: a prepared builder (then give ``split``) or a data source
+        (``builder.as_data_source(split)``).
+      split: one of :attr:`splits` when ``source`` is a builder.
+
+    Raises:
+      error: the split's file was missing when the data was prepared.
+    """
+    missing = (None if self.dataset is None
+               else lambda builder, s: self.error(self.missing_message(builder, s)))
+    return read_rows(source, split, splits=self.splits, plain=self.plain,
+                     check_split=self.check_split, missing=missing)
+
+  def read_all(self, builder: tfds.core.DatasetBuilder,
+               splits: Optional[Sequence[str]] = None) -> dict[str, list[dict]]:
+    """``{split: read(builder, split)}`` for ``splits`` (``None``: those the builder holds;
+    each one asked for must have been built, else :attr:`error`)."""
+    wanted = self.available(builder) if splits is None else splits
+    return {s: self.read(builder, s) for s in wanted}

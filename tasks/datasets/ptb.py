@@ -164,10 +164,10 @@ def parse_file(path, level: str) -> list[list[str]]:
 
 def missing_files_message(root, level: str, *, reason: str) -> str:
   """One line: ``reason``, the files to create and where they come from."""
-  wanted = ", ".join(str(epath.Path(root) / n) for n in file_names(level).values())
-  return (f"PTB {level}: {reason}; create {wanted}: the files of Mikolov's simple-examples "
-          f"archive ({URL}, unpacked; they are in its folder {ARCHIVE_DATA}/), flat (or "
-          "leave manual_dir empty to download the archive when online).")
+  return prepare_lib.create_files_message(
+      f"PTB {level}", [epath.Path(root) / n for n in file_names(level).values()],
+      reason=reason, source=f"the files of Mikolov's simple-examples archive ({URL}, "
+      f"unpacked; they are in its folder {ARCHIVE_DATA}/)")
 
 
 def source_file(manual_dir: str, level: str, split: str) -> str:
@@ -194,36 +194,28 @@ class Ptb(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "simple-examples PTB; one example per line, in file order."}
   BUILDER_CONFIGS = [PtbConfig(level=level) for level in LEVELS]
-  MANUAL_DOWNLOAD_INSTRUCTIONS = (
-      f"Unpack {URL} and pass its folder {ARCHIVE_DATA}/ as manual_dir (it holds "
-      "ptb.train.txt, ptb.valid.txt, ptb.test.txt and ptb.char.{train,valid,test}.txt).")
+  MANUAL_DOWNLOAD_INSTRUCTIONS = prepare_lib.unpack_instructions(
+      URL, ARCHIVE_DATA,
+      holds="ptb.train.txt, ptb.valid.txt, ptb.test.txt and ptb.char.{train,valid,test}.txt")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "line_index": np.int32,
-            "tokens": tfds.features.Text(),
-        }),
-        homepage="http://www.fit.vutbr.cz/~imikolov/rnnlm/",
-        citation=_CITATION,
-        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
-    )
+    return prepare_lib.dataset_info(
+        self, {"line_index": np.int32, "tokens": tfds.features.Text()},
+        homepage="http://www.fit.vutbr.cz/~imikolov/rnnlm/", citation=_CITATION)
+
+  def _missing_files(self, root, *, reason: str) -> str:
+    return missing_files_message(root, self.builder_config.level, reason=reason)
 
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding the ``ptb.*.txt`` files: ``manual_dir`` or the download."""
-    level = self.builder_config.level
     return prepare_lib.source_root(
         dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_DATA,
-        missing=lambda path, reason: missing_files_message(path, level, reason=reason))
+        missing=self._missing_files)
 
   def _split_generators(self, dl_manager):
     level = self.builder_config.level
-    root = self._source_root(dl_manager)
-    paths = {s: root / n for s, n in file_names(level).items()}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-      raise FileNotFoundError(missing_files_message(
-          root, level, reason=f"missing file(s) {missing}"))
+    paths = prepare_lib.require_files(self._source_root(dl_manager), file_names(level),
+                                      self._missing_files)
     return {s: self._generate_examples(parse_file(p, level)) for s, p in paths.items()}
 
   def _generate_examples(self, lines: Sequence[list[str]]) -> Iterator[tuple[int, dict]]:
@@ -243,10 +235,9 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
     data_dir: where TFDS keeps the prepared data (``""``: TFDS's default,
       ``~/tensorflow_datasets``).
 
-  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
-  ``<level>-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`), so a
-  changed file is prepared afresh. Logs one line per split whose line count is not the
-  published one (:data:`NUM_LINES`).
+  Data from ``manual_dir`` is prepared under the config ``<level>-<tag>`` of its files
+  (:func:`prepare_lib.prepare_sourced`: a changed file is prepared afresh). Logs one line
+  per split whose line count is not :data:`NUM_LINES`.
 
   Raises:
     FileNotFoundError: listing the files to put in ``manual_dir``.
@@ -260,7 +251,7 @@ def prepare(level: str, manual_dir: str = "", data_dir: str = "") -> Ptb:
   builder = prepare_lib.prepare_sourced(Ptb, Ptb.builder_configs[level], manual_dir, data_dir,
                                         record=record, dataset=f"PTB {level}")
   prepare_lib.warn_counts(
-      f"PTB {level}", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_LINES,
+      f"PTB {level}", prepare_lib.split_sizes(builder, SPLITS), NUM_LINES,
       what="lines", files={s: source_file(manual_dir, level, s) for s in SPLITS})
   return builder
 

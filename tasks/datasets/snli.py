@@ -37,11 +37,10 @@ Use (TensorFlow not needed)::
 """
 
 import json
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import logging
 from etils import epath
 
 from tasks.datasets import prepare as prepare_lib
@@ -72,13 +71,11 @@ class SnliFormatError(ValueError):
   """A line that is not an SNLI JSON record; the message names the file and line."""
 
 
-class MissingSplitError(FileNotFoundError):
+class MissingSplitError(prepare_lib.MissingSplitError):
   """A split whose file was missing when the data was prepared; the message names it."""
 
 
-def _check_split(split: str) -> None:
-  if split not in FILE_STEMS:
-    raise ValueError(f"split={split!r} is not an SNLI split; use one of {list(SPLITS)}.")
+_check_split = prepare_lib.split_checker(SPLITS, "an SNLI split")
 
 
 def expected_file(root, split: str) -> str:
@@ -158,47 +155,30 @@ def parse_file(path) -> list[dict]:
 
 def missing_files_message(root, splits: Sequence[str], *, reason: str) -> str:
   """One line: ``reason``, the files to create and where they come from."""
-  wanted = ", ".join(expected_file(root, s) for s in splits)
-  return (f"SNLI: {reason}; create {wanted}: the files of {URL} (unpacked; they are in its "
-          f"folder {ARCHIVE_FOLDER}/), as they are or gzipped, flat (or leave manual_dir "
-          "empty to download the archive when online).")
+  return prepare_lib.create_files_message(
+      "SNLI", [expected_file(root, s) for s in splits], reason=reason,
+      source=f"the files of {URL} (unpacked; they are in its folder {ARCHIVE_FOLDER}/)",
+      layout="as they are or gzipped, flat")
 
 
-def missing_splits_line(root, splits: Sequence[str]) -> str:
-  """One line: which splits are missing and where their files go."""
-  return (f"SNLI: building {', '.join(s for s in SPLITS if s not in splits)} only; no "
-          f"{', '.join(splits)} split, its file is missing: "
-          f"{'; '.join(expected_file(root, s) for s in splits)}.")
-
-
-class Snli(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
+class Snli(prepare_lib.AllowDownload, prepare_lib.ExamplesByIndex,
+           tfds.core.GeneratorBasedBuilder):
   """SNLI 1.0, one example per labelled pair; builds the splits whose files exist."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "SNLI 1.0 jsonl(.gz); '-' labels dropped; missing splits skipped."}
-  # One config, so that data prepared from manual_dir can be named after its files
-  # (prepare_lib.sourced_config); a download is prepared under "default".
-  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="default",
-                                             description="The .jsonl[.gz] files.")]
-  MANUAL_DOWNLOAD_INSTRUCTIONS = (
-      f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
-      "snli_1.0_{train,dev,test}.jsonl; gzipped copies .jsonl.gz work too).")
+  BUILDER_CONFIGS = prepare_lib.single_config("The .jsonl[.gz] files.")
+  MANUAL_DOWNLOAD_INSTRUCTIONS = prepare_lib.unpack_instructions(
+      URL, ARCHIVE_FOLDER,
+      holds="snli_1.0_{train,dev,test}.jsonl; gzipped copies .jsonl.gz work too")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "index": np.int32,
-            "pair_id": tfds.features.Text(),
-            "premise": tfds.features.Text(),
-            "hypothesis": tfds.features.Text(),
-            "label": tfds.features.ClassLabel(names=LABELS),
-        }),
-        homepage="https://nlp.stanford.edu/projects/snli/",
-        citation=_CITATION,
-        # Written with the data: the source folder and the splits that were missing.
-        metadata=tfds.core.MetadataDict(),
-        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
-    )
+    return prepare_lib.dataset_info(
+        self, {"index": np.int32, "pair_id": tfds.features.Text(),
+               "premise": tfds.features.Text(), "hypothesis": tfds.features.Text(),
+               "label": tfds.features.ClassLabel(names=LABELS)},
+        homepage="https://nlp.stanford.edu/projects/snli/", citation=_CITATION,
+        metadata=True)  # the source folder and the splits that were missing
 
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding the ``.jsonl[.gz]`` files: ``manual_dir`` or the download."""
@@ -208,35 +188,14 @@ class Snli(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     root = self._source_root(dl_manager)
-    paths = {s: find_file(root, s) for s in SPLITS}
-    missing = [s for s, p in paths.items() if p is None]
-    if len(missing) == len(SPLITS):
-      raise FileNotFoundError(missing_files_message(
-          root, SPLITS, reason=f"no SNLI file in {root}"))
-    if missing:
-      logging.warning(missing_splits_line(root, missing))
-    self.info.metadata["source_dir"] = str(root)
-    self.info.metadata["missing_splits"] = missing
-    return {s: self._generate_examples(parse_file(p)) for s, p in paths.items()
-            if p is not None}
-
-  def _generate_examples(self, pairs: Sequence[dict]) -> Iterator[tuple[int, dict]]:
-    for pair in pairs:
-      yield pair["index"], pair
+    paths = prepare_lib.split_files(
+        self, root, {s: find_file(root, s) for s in SPLITS}, dataset="SNLI",
+        expected=expected_file, what="its file is", sep="; ",
+        no_files=missing_files_message(root, SPLITS, reason=f"no SNLI file in {root}"))
+    return {s: self._generate_examples(parse_file(p)) for s, p in paths.items()}
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
-  """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return prepare_lib.available_splits(builder, SPLITS)
-
-
-def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
-  """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  return prepare_lib.missing_split_message(builder, split, dataset="SNLI", splits=SPLITS,
-                                           expected=expected_file, what="file")
 
 
 def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
@@ -260,8 +219,7 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Snli:
                                         data_dir, record=record, dataset="SNLI")
   root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
   prepare_lib.warn_counts(
-      "SNLI", {s: builder.info.splits[s].num_examples for s in available_splits(builder)},
-      NUM_PAIRS, what="labelled pairs",
+      "SNLI", prepare_lib.split_sizes(builder, SPLITS), NUM_PAIRS, what="labelled pairs",
       files={s: str(find_file(root, s) or expected_file(root, s)) for s in SPLITS})
   return builder
 
@@ -273,29 +231,20 @@ def _plain(row: Mapping) -> dict:
           "label": int(row["label"])}
 
 
-def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
-               split: Optional[str] = None) -> list[dict]:
-  """The pairs of a split as plain dicts (module docstring), in file order.
-
-  Args:
-    source: a prepared :class:`Snli` builder (then give ``split``) or a data source
-      (``builder.as_data_source(split)``).
-    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
-
-  Raises:
-    MissingSplitError: the split's file was missing when the data was prepared.
-  """
-  return prepare_lib.read_rows(
-      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
-      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
+# The pairs of a split as plain dicts (module docstring), in file order: read_split(builder,
+# split) or read_split(data_source); a split that was not built is a MissingSplitError.
+_READER = prepare_lib.SplitReader(SPLITS, _plain, _check_split, dataset="SNLI",
+                                  expected=expected_file, error=MissingSplitError)
+read_split = _READER.read
+available_splits = _READER.available
+missing_split_message = _READER.missing_message
 
 
 def load_splits(manual_dir: str = "", data_dir: str = "",
                 splits: Sequence[str] = SPLITS) -> dict[str, list[dict]]:
   """``{split: read_split(...)}`` of :func:`prepare`'s builder for ``splits`` (every
   one of them must have been built, else :class:`MissingSplitError`)."""
-  builder = prepare(manual_dir, data_dir)
-  return {s: read_split(builder, s) for s in splits}
+  return _READER.read_all(prepare(manual_dir, data_dir), splits)
 
 
 def label_counts(pairs: Iterable[Mapping]) -> np.ndarray:

@@ -42,7 +42,7 @@ Use (TensorFlow not needed)::
     >>> binary = {s: sst.binary_examples(v) for s, v in splits.items()}  # 6,920 / 872 / 1,821
 """
 
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -79,9 +79,7 @@ class SstFormatError(ValueError):
   """A tree that is malformed or has a label outside 0..4; the message names file and line."""
 
 
-def _check_split(split: str) -> None:
-  if split not in FILE_NAMES:
-    raise ValueError(f"split={split!r} is not an SST split; use one of {list(SPLITS)}.")
+_check_split = prepare_lib.split_checker(SPLITS, "an SST split")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -129,57 +127,40 @@ def parse_file(path) -> list[dict]:
 
 def missing_files_message(root, *, reason: str) -> str:
   """One line: ``reason``, the files to create and where they come from."""
-  wanted = ", ".join(str(epath.Path(root) / n) for n in FILE_NAMES.values())
-  return (f"SST: {reason}; create {wanted}: the three files of Stanford's {URL} (unpacked; "
-          f"they are in its folder {ARCHIVE_FOLDER}/), flat (or leave manual_dir empty to "
-          "download the archive when online).")
+  return prepare_lib.create_files_message(
+      "SST", [epath.Path(root) / n for n in FILE_NAMES.values()], reason=reason,
+      source=f"the three files of Stanford's {URL} (unpacked; they are in its folder "
+      f"{ARCHIVE_FOLDER}/)")
 
 
-class Sst(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
+class Sst(prepare_lib.AllowDownload, prepare_lib.ExamplesByIndex,
+          tfds.core.GeneratorBasedBuilder):
   """The Stanford Sentiment Treebank, one example per sentence (see the module doc)."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "PTB-format trees; tokens as in the files, root and span labels."}
-  # One config, so that data prepared from manual_dir can be named after its files
-  # (prepare_lib.sourced_config); a download is prepared under "default".
-  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="default",
-                                             description="The three tree files.")]
-  MANUAL_DOWNLOAD_INSTRUCTIONS = (
-      f"Unpack {URL} and pass its folder {ARCHIVE_FOLDER}/ as manual_dir (it holds "
-      "train.txt, dev.txt and test.txt).")
+  BUILDER_CONFIGS = prepare_lib.single_config("The three tree files.")
+  MANUAL_DOWNLOAD_INSTRUCTIONS = prepare_lib.unpack_instructions(
+      URL, ARCHIVE_FOLDER, holds="train.txt, dev.txt and test.txt")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "index": np.int32,
-            "tokens": tfds.features.Sequence(tfds.features.Text()),
-            "label": np.int32,
-            "span_starts": tfds.features.Sequence(np.int32),
-            "span_ends": tfds.features.Sequence(np.int32),
-            "span_labels": tfds.features.Sequence(np.int32),
-        }),
-        homepage="https://nlp.stanford.edu/sentiment/",
-        citation=_CITATION,
-        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
-    )
+    return prepare_lib.dataset_info(
+        self, {"index": np.int32, "tokens": tfds.features.Sequence(tfds.features.Text()),
+               "label": np.int32, "span_starts": tfds.features.Sequence(np.int32),
+               "span_ends": tfds.features.Sequence(np.int32),
+               "span_labels": tfds.features.Sequence(np.int32)},
+        homepage="https://nlp.stanford.edu/sentiment/", citation=_CITATION)
 
   def _source_root(self, dl_manager) -> epath.Path:
     """The folder holding the three ``.txt`` files: ``manual_dir`` or the download."""
     return prepare_lib.source_root(
         dl_manager, allow_download=self._allow_download, url=URL, folder=ARCHIVE_FOLDER,
-        missing=lambda path, reason: missing_files_message(path, reason=reason))
+        missing=missing_files_message)
 
   def _split_generators(self, dl_manager):
     root = self._source_root(dl_manager)
-    paths = {s: root / n for s, n in FILE_NAMES.items()}
-    missing = [str(p) for p in paths.values() if not p.exists()]
-    if missing:
-      raise FileNotFoundError(missing_files_message(root, reason=f"missing file(s) {missing}"))
+    paths = prepare_lib.require_files(root, FILE_NAMES, missing_files_message)
     return {s: self._generate_examples(parse_file(p)) for s, p in paths.items()}
-
-  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
-    for ex in examples:
-      yield ex["index"], ex
 
 
 # --------------------------------------------------------------------------- reading
@@ -187,17 +168,13 @@ class Sst(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
 
 def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
   """The prepared builder (prepared in ``data_dir`` on first use; safe for two runs that
-  share ``data_dir``).
+  share ``data_dir``), following the files of ``manual_dir`` and checking the sentence
+  counts (module docstring).
 
   Args:
     manual_dir: the folder with ``train.txt``, ``dev.txt``, ``test.txt``; ``""`` downloads
       :data:`URL`.
     data_dir: where TFDS keeps the prepared data (``""``: ``~/tensorflow_datasets``).
-
-  Data prepared from ``manual_dir`` follows its files: it is prepared under the config
-  ``default-<tag of the files' sizes and hashes>`` (:mod:`tasks.datasets.prepare`), so a
-  changed file is prepared afresh. Logs one line per split whose sentence count is not the
-  published one (:data:`NUM_SENTENCES`).
 
   Raises:
     FileNotFoundError: listing the files to put in ``manual_dir``.
@@ -210,8 +187,8 @@ def prepare(manual_dir: str = "", data_dir: str = "") -> Sst:
                                         data_dir, record=record, dataset="SST")
   root = manual_dir or f"the downloaded {ARCHIVE_FOLDER}"
   prepare_lib.warn_counts(
-      "SST", {s: builder.info.splits[s].num_examples for s in SPLITS}, NUM_SENTENCES,
-      what="sentences", files={s: str(epath.Path(root) / FILE_NAMES[s]) for s in SPLITS})
+      "SST", prepare_lib.split_sizes(builder, SPLITS), NUM_SENTENCES, what="sentences",
+      files={s: str(epath.Path(root) / FILE_NAMES[s]) for s in SPLITS})
   return builder
 
 
@@ -223,23 +200,15 @@ def _plain(row: Mapping) -> dict:
           "span_ends": ints(row["span_ends"]), "span_labels": ints(row["span_labels"])}
 
 
-def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
-               split: Optional[str] = None) -> list[dict]:
-  """The examples of a split as plain dicts (module docstring), in file order.
-
-  Args:
-    source: a prepared :class:`Sst` builder (then give ``split``) or a data source
-      (``builder.as_data_source(split)``).
-    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
-  """
-  return prepare_lib.read_rows(source, split, splits=SPLITS, plain=_plain,
-                               check_split=_check_split)
+# The examples of a split as plain dicts (module docstring), in file order:
+# read_split(builder, split) or read_split(data_source).
+_READER = prepare_lib.SplitReader(SPLITS, _plain, _check_split)
+read_split = _READER.read
 
 
 def load_splits(manual_dir: str = "", data_dir: str = "") -> dict[str, list[dict]]:
   """``{split: read_split(...)}`` for the three splits of :func:`prepare`'s builder."""
-  builder = prepare(manual_dir, data_dir)
-  return {s: read_split(builder, s) for s in SPLITS}
+  return _READER.read_all(prepare(manual_dir, data_dir), SPLITS)
 
 
 # --------------------------------------------------------------------------- views

@@ -41,13 +41,11 @@ Use (TensorFlow not needed)::
     >>> stories.source_target(train[0], "sh2s", seed=0)     # (shuffled story, summary)
 """
 
-import json
 import re
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import logging
 from etils import epath
 
 from tasks.datasets import prepare as prepare_lib
@@ -66,25 +64,17 @@ class StoriesFormatError(ValueError):
   """A line that is not a story record; the message names the file and line."""
 
 
-class MissingSplitError(FileNotFoundError):
+class MissingSplitError(prepare_lib.MissingSplitError):
   """A split whose file was missing when the data was prepared; the message names it."""
 
 
-def _check_split(split: str) -> None:
-  if split not in FILE_NAMES:
-    raise ValueError(f"split={split!r} is not a stories split; use one of {list(SPLITS)}.")
+_check_split = prepare_lib.split_checker(SPLITS, "a stories split")
 
 
 def expected_file(root, split: str) -> str:
   """``"<root>/<split>.jsonl"``: a split's file."""
   _check_split(split)
   return str(epath.Path(root) / FILE_NAMES[split])
-
-
-def find_file(root, split: str) -> Optional[epath.Path]:
-  """The file of ``split`` in ``root``, or None."""
-  path = epath.Path(expected_file(root, split))
-  return path if path.is_file() else None
 
 
 # --------------------------------------------------------------------------- sub-tasks
@@ -156,41 +146,22 @@ def parse_lines(lines: Iterable[Union[str, bytes]], source: str = "<lines>") -> 
     StoriesFormatError: naming ``source`` and the 1-based line (not UTF-8, not JSON, not an
       object, a field that is missing, not a string or empty).
   """
-  out, index, offset = [], -1, 0
-  for lineno, line in enumerate(lines, start=1):
 
-    def fail(msg):
-      raise StoriesFormatError(f"{source}, line {lineno}: {msg}; a stories line is one JSON "
-                               "object with the strings story, summary (and title).")
+  def fail(lineno, msg):
+    raise StoriesFormatError(f"{source}, line {lineno}: {msg}; a stories line is one JSON "
+                             "object with the strings story, summary (and title).")
 
-    if isinstance(line, bytes):
-      start, offset = offset, offset + len(line)
-      try:
-        line = line.decode("utf-8")
-      except UnicodeDecodeError as err:
-        fail(f"not UTF-8: byte {start + err.start:,} of the file is "
-             f"0x{line[err.start]:02x} (binary, damaged or another encoding?); save the "
-             "file as UTF-8")
-    if lineno == 1:
-      line = line.lstrip("\ufeff")
-    if not line.strip():
-      continue
-    index += 1
-    try:
-      record = json.loads(line)
-    except ValueError as err:
-      fail(f"not JSON ({err})")
-    if not isinstance(record, dict):
-      fail(f"a JSON {type(record).__name__}, not an object")
+  out = []
+  for lineno, index, record in prepare_lib.json_records(lines, fail):
     for key in FIELDS:
       if key not in record:
         if key in REQUIRED:
-          fail(f"no field {key!r}")
+          fail(lineno, f"no field {key!r}")
         continue
       if not isinstance(record[key], str):
-        fail(f"field {key!r} is a {type(record[key]).__name__}, not a string")
+        fail(lineno, f"field {key!r} is a {type(record[key]).__name__}, not a string")
       if key in REQUIRED and not record[key].strip():
-        fail(f"field {key!r} is empty")
+        fail(lineno, f"field {key!r} is empty")
     out.append({"index": index, "story": record["story"], "summary": record["summary"],
                 "title": record.get("title", "")})
   return out
@@ -215,13 +186,6 @@ def no_files_message(root, *, reason: str) -> str:
           "download: pass the folder as manual_dir.")
 
 
-def missing_splits_line(root, splits: Sequence[str]) -> str:
-  """One line: which splits are missing and where their files go."""
-  return (f"Stories: building {', '.join(s for s in SPLITS if s not in splits)} only; no "
-          f"{', '.join(splits)} split, file(s) missing: "
-          f"{', '.join(expected_file(root, s) for s in splits)}.")
-
-
 def config_name(manual_dir: str) -> str:
   """The default config name of a data folder: its base name, lower-cased, runs of other
   characters than ``a-z0-9_`` as ``_`` (``"../data/Science-Daily"`` -> ``"science_daily"``)."""
@@ -234,7 +198,7 @@ class StoriesConfig(tfds.core.BuilderConfig):
   ``data_dir``)."""
 
 
-class Stories(tfds.core.GeneratorBasedBuilder):
+class Stories(prepare_lib.ExamplesByIndex, tfds.core.GeneratorBasedBuilder):
   """Story / summary / title jsonl files from ``manual_dir``; builds the splits whose
   files exist."""
 
@@ -246,18 +210,11 @@ class Stories(tfds.core.GeneratorBasedBuilder):
       "of them): one JSON object per line with story, summary and title.")
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "index": np.int32,
-            "story": tfds.features.Text(),
-            "summary": tfds.features.Text(),
-            "title": tfds.features.Text(),
-        }),
+    return prepare_lib.dataset_info(
+        self, {"index": np.int32, "story": tfds.features.Text(),
+               "summary": tfds.features.Text(), "title": tfds.features.Text()},
         supervised_keys=("story", "summary"),
-        # Written with the data: the source folder and the splits that were missing.
-        metadata=tfds.core.MetadataDict(),
-        disable_shuffling=True,  # keep file order on disk (read_split sorts anyway)
-    )
+        metadata=True)  # the source folder and the splits that were missing
 
   def _split_generators(self, dl_manager):
     try:
@@ -266,35 +223,15 @@ class Stories(tfds.core.GeneratorBasedBuilder):
       path = getattr(dl_manager, "_manual_dir", None)
       raise FileNotFoundError(no_files_message(
           path, reason=f"manual_dir {path} does not exist or is empty")) from None
-    paths = {s: find_file(root, s) for s in SPLITS}
-    missing = [s for s, p in paths.items() if p is None]
-    if len(missing) == len(SPLITS):
-      raise FileNotFoundError(no_files_message(root, reason=f"no stories file in {root}"))
-    if missing:
-      logging.warning(missing_splits_line(root, missing))
-    examples = {s: parse_file(p) for s, p in paths.items() if p is not None}
-    self.info.metadata["source_dir"] = str(root)
-    self.info.metadata["missing_splits"] = missing
+    paths = prepare_lib.split_files(
+        self, root, {s: expected_file(root, s) for s in SPLITS}, dataset="Stories",
+        expected=expected_file,
+        no_files=no_files_message(root, reason=f"no stories file in {root}"))
+    examples = {s: parse_file(p) for s, p in paths.items()}
     return {s: self._generate_examples(v) for s, v in examples.items()}
-
-  def _generate_examples(self, examples: Sequence[dict]) -> Iterator[tuple[int, dict]]:
-    for ex in examples:
-      yield ex["index"], ex
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def available_splits(builder: tfds.core.DatasetBuilder) -> tuple:
-  """The splits a prepared builder holds, in :data:`SPLITS` order."""
-  return prepare_lib.available_splits(builder, SPLITS)
-
-
-def missing_split_message(builder: tfds.core.DatasetBuilder, split: str) -> str:
-  """One line: ``split`` was not built, the file it needs, how to rebuild."""
-  name = prepare_lib.base_config_name(builder.builder_config.name)
-  return prepare_lib.missing_split_message(builder, split, dataset=f"Stories {name}", splits=SPLITS,
-                                           expected=expected_file, what="file")
 
 
 def prepare(manual_dir: str, data_dir: str = "", name: str = "") -> Stories:
@@ -330,21 +267,19 @@ def _plain(row: Mapping) -> dict:
           "summary": text(row["summary"]), "title": text(row["title"])}
 
 
-def read_split(source: Union[tfds.core.DatasetBuilder, Sequence[Mapping]],
-               split: Optional[str] = None) -> list[dict]:
-  """The examples of a split as plain dicts (module docstring), in file order.
+def _dataset(builder: tfds.core.DatasetBuilder) -> str:
+  """``"Stories <name>"``: the dataset in messages (its config name without the tag)."""
+  return f"Stories {prepare_lib.base_config_name(builder.builder_config.name)}"
 
-  Args:
-    source: a prepared :class:`Stories` builder (then give ``split``) or a data source
-      (``builder.as_data_source(split)``).
-    split: ``"train"``, ``"validation"`` or ``"test"`` when ``source`` is a builder.
 
-  Raises:
-    MissingSplitError: the split's file was missing when the data was prepared.
-  """
-  return prepare_lib.read_rows(
-      source, split, splits=SPLITS, plain=_plain, check_split=_check_split,
-      missing=lambda builder, s: MissingSplitError(missing_split_message(builder, s)))
+# The examples of a split as plain dicts (module docstring), in file order:
+# read_split(builder, split) or read_split(data_source); a split that was not built is a
+# MissingSplitError naming its file.
+_READER = prepare_lib.SplitReader(SPLITS, _plain, _check_split, dataset=_dataset,
+                                  expected=expected_file, error=MissingSplitError)
+read_split = _READER.read
+available_splits = _READER.available
+missing_split_message = _READER.missing_message
 
 
 def load_splits(manual_dir: str, data_dir: str = "", splits: Optional[Sequence[str]] = None,
@@ -352,6 +287,4 @@ def load_splits(manual_dir: str, data_dir: str = "", splits: Optional[Sequence[s
   """``{split: read_split(...)}`` of :func:`prepare`'s builder: the splits it holds
   (``splits=None``) or ``splits`` (every one of them must have been built, else
   :class:`MissingSplitError`)."""
-  builder = prepare(manual_dir, data_dir, name)
-  wanted = available_splits(builder) if splits is None else splits
-  return {s: read_split(builder, s) for s in wanted}
+  return _READER.read_all(prepare(manual_dir, data_dir, name), splits)

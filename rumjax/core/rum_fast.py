@@ -1,16 +1,16 @@
 """A fast RUM scan: Algorithm 1 with a hand-written backward pass (``jax.custom_vjp``).
 
-:func:`rumjax.rum.rum_scan` with ``impl="fast"`` (the default) runs :func:`fast_scan`;
+:func:`rumjax.core.rum.rum_scan` with ``impl="fast"`` (the default) runs :func:`fast_scan`;
 ``impl="reference"`` runs the plain ``lax.scan`` of ``rum_step`` that autodiff
 differentiates. Both compute the same function; ``tests/test_rum_fast.py`` checks values
 and gradients against each other.
 
-The rotation of a step is :func:`rumjax.rotation.rotation_plane`, the same description
+The rotation of a step is :func:`rumjax.core.rotation.rotation_plane`, the same description
 of eq. (1) the reference uses, ``Rotation(e, tau) = 1 + U M U^T`` with ``U = (u, q)``
 (<B, N, 2>) and a 2 x 2 ``M``: one step costs the input projection, the ``(Nh, 2 Nh)``
 matmul, a few O(Nh) dot products and, for ``lam=1``, two passes over ``R``. Degenerate
 cases and the numerics near anti-parallel ``e``, ``tau`` are those of
-:mod:`rumjax.rotation` (values and gradients identical to the reference's, up to
+:mod:`rumjax.core.rotation` (values and gradients identical to the reference's, up to
 rounding): the rotation stays orthogonal to working precision up to and through
 ``theta = pi``. (Until issue 26 this file used the closed form
 ``1 - d d^T / (1 + cos theta) + 2 b a^T``, ``d = a + b``, which amplifies the rounding of
@@ -18,7 +18,7 @@ rounding): the rotation stays orthogonal to working precision up to and through
 on small random cases.) Not forward-mode differentiable (``jax.custom_vjp``): use
 ``impl="reference"`` for ``jax.jvp`` / ``jacfwd``.
 
-Dtypes, as in :mod:`rumjax.rum`: the gate matmuls, the pre-activations and the hidden
+Dtypes, as in :mod:`rumjax.core.rum`: the gate matmuls, the pre-activations and the hidden
 states have the computation dtype ``dtype`` (that of ``xs`` and the parameters);
 the plane, ``R``, its cotangent ``Q = dL/dR``, the saved ``R_{t-1} [u, q, Rot h]`` and
 ``cos`` have ``promote_types(dtype, float32)``, with every O(Nh^2) product at
@@ -50,10 +50,10 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from rumjax.rotation import RotationPlane, apply_plane, rotation_dtype, rotation_plane
+from rumjax.core.precision import HIGHEST, at_least_float32
+from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
 
 Array = jax.Array
-HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _sum(x, y):
@@ -66,7 +66,7 @@ def _sum(x, y):
 def _rotate(tau, e, h):
   """The plane of ``Rotation(e, tau)`` (eq. (1)) and ``Rot h``, in at least float32.
 
-  The one description of the rotation (:func:`rumjax.rotation.rotation_plane`); the
+  The one description of the rotation (:func:`rumjax.core.rotation.rotation_plane`); the
   backward pass differentiates this function with ``jax.vjp``.
   """
   plane = rotation_plane(e, tau)
@@ -109,7 +109,7 @@ def _head(cfg: _Cfg, h, pre, e, rh):
   hp = hn
   inv = None
   if cfg.eta is not None:
-    hp32 = hp.astype(rotation_dtype(hp))
+    hp32 = hp.astype(at_least_float32(hp))
     sq = _sum(hp32, hp32)
     inv = jnp.where(sq > 0, jax.lax.rsqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
     hn = ((cfg.eta * inv) * hp32).astype(hp.dtype)
@@ -336,7 +336,7 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
 def _bwd(cfg, res, cts):
   params, xs, h0, hs, pre, ys, r_final = res
   ct_final, ct_hs = cts[0], cts[1]
-  rdtype = rotation_dtype(xs)
+  rdtype = at_least_float32(xs)
   ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], rdtype)
   inp = (jnp.arange(xs.shape[0]), pre, xs, ct_hs, ct_cos)
 
@@ -344,7 +344,7 @@ def _bwd(cfg, res, cts):
     return jnp.where(t > 0, jax.lax.dynamic_index_in_dim(hs, jnp.maximum(t - 1, 0), 0,
                                                          False), h0)
 
-  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, rotation_dtype(p)), params)
+  acc = jax.tree.map(lambda p: jnp.zeros(p.shape, at_least_float32(p)), params)
   if cfg.lam:
     d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp + (ys,), h_prev, acc, r_final,
                                    ct_final)

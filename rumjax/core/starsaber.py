@@ -55,7 +55,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rumjax.lstmn import at_least_float32, masked_softmax
+from rumjax.core.attention import masked_softmax
+from rumjax.core.precision import at_least_float32
 
 Array = jax.Array
 

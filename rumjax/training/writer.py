@@ -1,4 +1,4 @@
-"""Metrics: TensorBoard event files (tensorboardX) and ``metrics.jsonl`` in the workdir.
+"""The metric writer: TensorBoard event files (tensorboardX) and ``metrics.jsonl`` in the workdir.
 
 Only process 0 writes. Each record is one JSON object ``{"step": s, "train_loss": ...}``.
 
@@ -75,16 +75,3 @@ def _step(line: str) -> float:
     return json.loads(line)["step"]
   except (ValueError, KeyError, TypeError):
     return float("inf")
-
-
-def summarize(metric_sums: Mapping[str, tuple], prefix: str) -> dict:
-  """``{name: (sum, count)}`` -> ``{prefix_name: sum / count}``."""
-  return {f"{prefix}_{k}": float(s) / max(float(c), 1e-12) for k, (s, c) in metric_sums.items()}
-
-
-def accumulate(total, new):
-  """Adds ``{name: (sum, count)}`` dicts (None is the empty total)."""
-  if total is None:
-    return jax.tree.map(np.asarray, new)
-  return {k: (total[k][0] + np.asarray(new[k][0]), total[k][1] + np.asarray(new[k][1]))
-          for k in total}

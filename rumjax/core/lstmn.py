@@ -45,6 +45,10 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
+from rumjax.core import initializers
+from rumjax.core.attention import masked_softmax
+from rumjax.core.precision import at_least_float32
+
 Array = jax.Array
 
 PARAM_NAMES = ("attn_h", "attn_x", "attn_ht", "attn_v", "gates_x", "gates_h", "gates_bias")
@@ -60,22 +64,6 @@ def param_shapes(nx: int, nh: int, na: int) -> dict:
           "gates_x": (nx, 4 * nh), "gates_h": (nh, 4 * nh), "gates_bias": (4 * nh,)}
 
 
-def block_orthogonal_init(num_blocks: int, scale: float = 1.0) -> Callable:
-  """Initializer of ``(n_in, num_blocks * n)`` kernels: one orthogonal block per gate."""
-  orthogonal = jax.nn.initializers.orthogonal(scale)
-
-  def init(key, shape, dtype=jnp.float32):
-    n_in, n_out = shape
-    if n_out % num_blocks:
-      raise ValueError(f"kernel shape {shape} does not split into {num_blocks} blocks.")
-    keys = jax.random.split(key, num_blocks)
-    qr_dtype = jnp.promote_types(dtype, jnp.float32)  # LAPACK has no bfloat16
-    return jnp.concatenate([orthogonal(k, (n_in, n_out // num_blocks), qr_dtype)
-                            for k in keys], axis=-1).astype(dtype)
-
-  return init
-
-
 def attn_v_init(key, shape, dtype=jnp.float32):
   """``v ~ N(0, 1 / Na)``, so the scores ``v^T tanh(.)`` start at unit scale."""
   return jax.random.normal(key, shape, dtype) / jnp.sqrt(jnp.asarray(shape[-1], dtype))
@@ -87,7 +75,7 @@ INITIALIZERS: dict[str, Callable] = {
     "attn_ht": jax.nn.initializers.lecun_normal(),
     "attn_v": attn_v_init,
     "gates_x": jax.nn.initializers.lecun_normal(),
-    "gates_h": block_orthogonal_init(4),  # as the recurrent kernels of Flax's LSTMCell
+    "gates_h": initializers.block_orthogonal(4),  # as the recurrent kernels of Flax's LSTMCell
     "gates_bias": jax.nn.initializers.zeros,
 }
 
@@ -133,7 +121,7 @@ def check_params(params, nx: Optional[int] = None, names: Sequence[str] = PARAM_
       raise ValueError(
           f"{what}: params[{name!r}] has shape {tuple(jnp.shape(params[name]))}; with "
           f"Nx={nx_p}, Nh={nh}, Na={na} it must be {expected[name]} (the pinned layout "
-          "is in the docstring of rumjax.lstmn).")
+          "is in the docstring of rumjax.core.lstmn).")
   if nx is not None and nx != nx_p:
     raise ValueError(
         f"{what}: xs has {nx} features in its last axis but params['attn_x'] expects "
@@ -153,33 +141,6 @@ def check_memory_span(memory_span) -> Optional[int]:
 
 
 # ------------------------------------------------------------- the building blocks
-
-
-def at_least_float32(*arrays) -> Any:
-  """The dtype of ``arrays`` promoted to float32 or wider: where the precision policy
-  keeps a reduction (attention scores, softmax) out of bfloat16, float64 stays float64."""
-  return jnp.promote_types(jnp.result_type(*arrays), jnp.float32)
-
-
-def masked_softmax(scores: Array, valid: Array) -> Array:
-  """``softmax(scores)`` over the entries where ``valid``; the others get weight 0.
-
-  Invalid entries are set to ``-inf`` before the softmax (exactly zero weight, zero
-  gradient). A row without any valid entry gets all-zero weights (not NaN). Computed and
-  returned in float32 or wider (:func:`at_least_float32`) whatever the dtype of
-  ``scores``: under the precision policy a softmax is never bfloat16.
-
-  Args:
-    scores: <float>[..., M].
-    valid: <bool>[..., M] (broadcastable).
-  """
-  scores = jnp.asarray(scores, at_least_float32(scores))
-  scores = jnp.where(valid, scores, -jnp.inf)
-  top = jnp.max(scores, axis=-1, keepdims=True)
-  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-  e = jnp.where(valid, jnp.exp(scores - top), 0.0)
-  total = jnp.sum(e, axis=-1, keepdims=True)
-  return e / jnp.where(total > 0, total, 1.0)
 
 
 def attention_weights(keys_proj: Array, query_proj: Array, v: Array, valid: Array) -> Array:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rumjax import plotting
+from rumjax.plotting import common
 
 EMPTY_SLOT = "<empty> (h_0)"
 
@@ -64,6 +64,6 @@ def plot_intra_attention(tokens: Sequence[str], weights, path: str, title: str =
     ``path``.
   """
   size = 2.5 + 0.38 * len(tokens)
-  fig, axes = plotting._figure(size + 1.5, size)
+  fig, axes = common.figure(size + 1.5, size)
   draw_intra_attention(axes[0, 0], tokens, weights, title)
-  return plotting._save(fig, path)
+  return common.save(fig, path)

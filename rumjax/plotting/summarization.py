@@ -1,10 +1,10 @@
 r"""Figure 6 of the RUM paper: the summarization study's four panels (Matplotlib).
 
 The inputs are, per run label, ``{"curves": ..., "gradients": ...}`` as
-:func:`rumjax.summ_analysis.figure6_of_run` returns them (or the ``summ_figure6.json`` that
-``launch.summ_analysis`` writes): ``curves`` = :func:`rumjax.summ_analysis.training_curves`
+:func:`rumjax.analysis.summarization.figure6_of_run` returns them (or the ``summ_figure6.json`` that
+``launch.summ_analysis`` writes): ``curves`` = :func:`rumjax.analysis.summarization.training_curves`
 (``step``, ``grad_norm``, ``state_norm``; None or NaN where missing), ``gradients`` =
-:func:`rumjax.summ_analysis.output_gradients` (``encoder`` <[S]>, ``decoder`` <[T]>). As in
+:func:`rumjax.analysis.summarization.output_gradients` (``encoder`` <[S]>, ``decoder`` <[T]>). As in
 :mod:`rumjax.plotting`: ``draw_*`` take a Matplotlib ``Axes``; :func:`plot_figure6` writes
 the PNG through ``matplotlib.figure.Figure`` and its Agg canvas (no pyplot); Matplotlib is
 imported only when drawing.
@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from rumjax import plotting
+from rumjax.plotting import common
 
 FILENAME = "summ_figure6.png"
 
@@ -67,7 +67,7 @@ def plot_figure6(runs: Mapping[str, Mapping[str, Any]], out_dir: str,
   (a) the global gradient norm over training, (b) the norm of the decoder's last hidden
   state over training, (c) the per-encoder-step and (d) per-decoder-step mean absolute
   gradient of the loss w.r.t. the bi-directional encoder outputs and the decoder outputs
-  at one batch (:mod:`rumjax.summ_analysis`).
+  at one batch (:mod:`rumjax.analysis.summarization`).
 
   Args:
     runs: ``{label: {"curves": ..., "gradients": ...}}`` (module docstring).
@@ -78,7 +78,7 @@ def plot_figure6(runs: Mapping[str, Mapping[str, Any]], out_dir: str,
   Returns:
     ``[path]`` of the PNG written.
   """
-  fig, axes = plotting._figure(11.0, 8.0, ncols=2, nrows=2)
+  fig, axes = common.figure(11.0, 8.0, ncols=2, nrows=2)
   draw_curve(axes[0, 0], runs, "grad_norm", "global gradient norm",
              "(a) Global norm of the gradients")
   draw_curve(axes[0, 1], runs, "state_norm", r"$\|s\|_2$ at the last decoder step",
@@ -88,4 +88,4 @@ def plot_figure6(runs: Mapping[str, Mapping[str, Any]], out_dir: str,
   draw_gradients(axes[1, 1], runs, "decoder", "decoder step",
                  "(d) Gradient wrt the decoder output")
   fig.suptitle(title or "Text summarization study (RUM paper, Figure 6)")
-  return [plotting._save(fig, os.path.join(out_dir, filename))]
+  return [common.save(fig, os.path.join(out_dir, filename))]

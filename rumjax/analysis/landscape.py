@@ -13,7 +13,7 @@ not. Following Li et al. (2018), "Visualizing the loss landscape of neural nets"
     plane:  L(a, b) = loss(w* + a d1 + b d2),      (a, b) in alphas x betas
 
 The weights varied (:func:`rotation_param_paths`), in the parameter layout of
-:mod:`rumjax.rum` (kernels act from the right, columns are output units):
+:mod:`rumjax.core.rum` (kernels act from the right, columns are output units):
 
 * RUM (``kernel_x`` columns ``[tau | u | e]``, ``kernel_h`` columns ``[tau | u]``):
   ``W^tau_xh = kernel_x[:, 0:Nh]``, ``W~_xh = kernel_x[:, 2Nh:3Nh]`` and
@@ -42,8 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import analysis, configs
-from rumjax.training import checkpoint as checkpoint_lib
+from rumjax.analysis import runs
 
 CELLS = ("rum", "goru")
 
@@ -291,28 +290,7 @@ def count_local_minima_2d(values) -> int:
 # -------------------------------------------------------------------- a trained run
 
 
-def load_run(workdir: str, get_task: Callable[[str], Any], step: Optional[int] = None):
-  """The task, config and parameters of a training workdir.
-
-  The config is the task's ``default_config(variant)`` updated with
-  ``<workdir>/config.json`` (as ``launch.evaluate`` reads it); the parameters are the
-  checkpoint at ``step`` (default: the latest) read by
-  :func:`rumjax.training.checkpoint.read_params`.
-
-  Args:
-    workdir: a ``train_and_evaluate`` workdir.
-    get_task: ``name -> task module`` (``tasks.get_task``).
-    step: the checkpoint step.
-
-  Returns:
-    ``(task, config, step, params)``.
-
-  Raises:
-    ValueError: one line naming the missing folder, ``config.json`` or checkpoint.
-  """
-  task, config = configs.load_workdir_config(workdir, get_task)
-  at, params = checkpoint_lib.read_params(workdir, step)
-  return task, config, at, params
+load_run = runs.load_run
 
 
 def first_batch_loss(task, config) -> tuple[Callable, dict]:
@@ -370,7 +348,7 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
     batch_size: see :func:`losses_at`.
 
   Returns:
-    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.recorded_path`: no machine
+    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.runs.recorded_path`: no machine
     path), ``step``, ``cell``, ``label``, ``varied`` (the blocks), ``num_varied``,
     ``loss_at_params``, ``alphas`` / ``line`` / ``local_minima_1d``,
     ``grid_alphas`` / ``grid_betas`` / ``plane`` (``[i][j]`` at ``(alpha_i, beta_j)``) /
@@ -393,7 +371,7 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
   line = loss_along_line(loss_fn, params, d1, alphas, batch_size=batch_size)
   plane = loss_on_plane(loss_fn, params, d1, d2, axis, axis, batch_size=batch_size)
   return {
-      "workdir": analysis.recorded_path(workdir), "step": step, "cell": run_cell,
+      "workdir": runs.recorded_path(workdir), "step": step, "cell": run_cell,
       "label": model_label(config),
       "task": config.task, "variant": config.get("variant"),
       "varied": [b.describe() for b in blocks], "num_varied": num_selected(mask),

@@ -14,12 +14,13 @@ The RUM paper (Dangovski et al., TACL 2019, Figure 5) shows, for associative rec
 parameter paths are the model's own. The kernel helpers work on the parameters of a RUM
 cell (``{"kernel_x", "kernel_h", "bias"}``) wherever they sit in a model's parameter tree
 (:func:`find_rum_params`); parameters load from a training workdir's orbax checkpoints or a
-``.npz`` file (:func:`load_params`, :func:`save_params_npz`); :func:`read_jsonl` and
+``.npz`` file (:func:`rumjax.analysis.runs.load_params`, :func:`rumjax.analysis.runs.save_params_npz`); :func:`read_jsonl` and
 :func:`metric_curve` read the loop's ``metrics.jsonl``. Nothing here imports a task: the
 functions that need one (:func:`fixed_batch`, :func:`cos_from_checkpoints`) take the task
 module as an argument.
 """
 
+import json
 import os
 from typing import Any, Iterable, Mapping, Optional
 
@@ -28,20 +29,11 @@ import numpy as np
 
 from rumjax import utils
 from rumjax.training import checkpoint as checkpoint_lib
+from rumjax.training import hooks as hooks_lib
+
+COS_FILE = "cos_theta.jsonl"
 
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
-
-
-def recorded_path(path: str, root: Optional[str] = None) -> str:
-  """``path`` as a figure's JSON records it, naming no machine: relative to ``root``
-  (default: the current directory, the checkout for ``python -m launch...``) when it lies
-  inside it, else its last component, the workdir's name (``/tmp/runs/lead`` ->
-  ``lead``)."""
-  root = os.path.abspath(root or os.getcwd())
-  full = os.path.abspath(os.path.expanduser(path))
-  if os.path.commonpath([root, full]) == root:
-    return os.path.relpath(full, root)
-  return os.path.basename(os.path.normpath(full))
 
 
 # ----------------------------------------------------------------------- parameters
@@ -88,48 +80,6 @@ def target_kernel(cell_params: Mapping[str, Any]) -> np.ndarray:
   kernel_h = np.asarray(cell_params["kernel_h"])
   nh = kernel_h.shape[0]
   return kernel_h[:, :nh]
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
-  """A nested dict of arrays as ``{"a/b/c": array}``."""
-  if isinstance(tree, Mapping):
-    out = {}
-    for key, value in tree.items():
-      out.update(flatten(value, f"{prefix}{key}/"))
-    return out
-  return {prefix[:-1]: np.asarray(tree)}
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict:
-  """Inverse of :func:`flatten`."""
-  out: dict = {}
-  for path, value in flat.items():
-    node = out
-    *parents, leaf = path.split("/")
-    for p in parents:
-      node = node.setdefault(p, {})
-    node[leaf] = np.asarray(value)
-  return out
-
-
-def save_params_npz(path: str, params: Any) -> None:
-  """Saves a parameter tree to ``path`` (``.npz``, keys ``"rnn/cell/kernel_h"``, ...)."""
-  flat = flatten(jax.device_get(params))
-  with open(path, "wb") as f:
-    np.savez(f, **flat)
-
-
-# The one reader of checkpoints' parameters lives with the checkpoints.
-checkpoint_steps = checkpoint_lib.checkpoint_steps
-load_checkpoint_params = checkpoint_lib.read_params
-
-
-def load_params(path: str, step: Optional[int] = None) -> tuple[Optional[int], dict]:
-  """Parameters from a ``.npz`` file (step ``None``) or a workdir's checkpoints."""
-  if os.path.isfile(path):
-    with np.load(path) as data:
-      return None, unflatten({k: data[k] for k in data.files})
-  return load_checkpoint_params(path, step)
 
 
 # ---------------------------------------------------------------------------- angles
@@ -253,9 +203,9 @@ def cos_from_checkpoints(workdir: str, task, config,
   """``{step: <float>[T]}``: :func:`mean_cos_of_params` at every checkpoint in ``workdir``
   (on ``batch``, default :func:`fixed_batch`)."""
   batch = fixed_batch(task, config) if batch is None else batch
-  return {step: mean_cos_of_params(task, config, load_checkpoint_params(workdir, step)[1],
+  return {step: mean_cos_of_params(task, config, checkpoint_lib.read_params(workdir, step)[1],
                                    batch)
-          for step in checkpoint_steps(workdir)}
+          for step in checkpoint_lib.checkpoint_steps(workdir)}
 
 
 def _config_dict(config):
@@ -313,4 +263,60 @@ def read_cos_records(workdir: str) -> dict[int, np.ndarray]:
   """``{training_step: <float>[T]}`` from ``<workdir>/cos_theta.jsonl`` (the per-step
   means ``launch.reproduce`` records every --eval_every steps)."""
   return {int(r["step"]): np.asarray(r["cos_mean"], np.float64)
-          for r in read_jsonl(os.path.join(workdir, "cos_theta.jsonl"))}
+          for r in read_jsonl(os.path.join(workdir, COS_FILE))}
+
+
+# ------------------------------------------------------------- recorded in training
+
+
+def _has_key(tree: Any, key: str) -> bool:
+  if isinstance(tree, Mapping):
+    return any(k == key or _has_key(v, key) for k, v in tree.items())
+  return False
+
+
+class CosThetaRecorder:
+  """``(step, state) -> None`` for :class:`~rumjax.training.Periodic`: appends the
+  mini-batch mean of ``cos(theta_t)`` per time step on a fixed test batch to
+  ``<workdir>/cos_theta.jsonl`` as ``{"step": s, "cos_mean": [T floats]}`` (read by
+  :func:`rumjax.analysis.read_cos_records`).
+
+  The values are what the model's RUM sows (:func:`rumjax.analysis.sown_cos`, the first
+  RUM in path order if there are several), from one jit-compiled apply on
+  :func:`rumjax.analysis.fixed_batch`, weighted by :func:`rumjax.analysis.step_weights`.
+  A model that sows no ``cos(theta)`` (no RUM) writes nothing; a step already in the file
+  (a resumed run) is not written again. The model and batch are built at the first call.
+  """
+
+  def __init__(self, task, config, workdir: str, *, rows: int = 128):
+    self.task, self.config, self.rows = task, config, rows
+    self.path = os.path.join(workdir, COS_FILE)
+    self._apply, self._sows, self._batch = None, None, None
+    self._done = set(read_cos_records(workdir))
+
+  def _build(self, params) -> None:
+    model = self.task.build_model(self.config)
+    self._batch = fixed_batch(self.task, self.config, rows=self.rows)
+    batch = self._batch
+    self._apply = jax.jit(lambda p: model.apply({"params": p}, batch, train=False,
+                                                mutable=["intermediates"])[1])
+    self._sows = _has_key(jax.eval_shape(self._apply, params), "cos_theta")
+
+  def __call__(self, step: int, state) -> None:
+    if self._apply is None:
+      self._build(state.params)
+    if not self._sows or step in self._done:
+      return
+    found = sown_cos(self._apply(state.params))
+    cos = found[sorted(found)[0]]
+    mean = mean_cos_per_step(cos, step_weights(self._batch, cos.shape))
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"step": int(step),
+                          "cos_mean": [round(float(c), 6) for c in mean]}) + "\n")
+    self._done.add(int(step))
+
+
+def recorder_hooks(task, config, workdir: str, every: int) -> list:
+  """The RUM paper's recorder as training hooks: :class:`CosThetaRecorder` every ``every``
+  steps (an :class:`rumjax.experiments.Experiment`'s ``hooks``)."""
+  return [hooks_lib.Periodic(every, CosThetaRecorder(task, config, workdir))]

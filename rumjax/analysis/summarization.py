@@ -39,7 +39,7 @@ NLL over the batch's real decoder steps plus ``coverage_weight`` x the coverage 
 Nothing here imports a task: :func:`load_run` and :func:`figure6_of_run` take a
 ``name -> task`` lookup (``tasks.get_task``). The parameters are read by
 :func:`rumjax.training.checkpoint.read_params` (the repository's reader of a checkpoint's
-parameters, as :mod:`rumjax.landscape` uses it): unlike the loop's ``_load_checkpoint`` it
+parameters, as :mod:`rumjax.analysis.landscape` uses it): unlike the loop's ``_load_checkpoint`` it
 needs neither ``model.init`` (seconds of compilation) nor the training data iterator.
 """
 
@@ -53,8 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rumjax import analysis, configs, utils
-from rumjax.training import checkpoint as checkpoint_lib
+from rumjax import configs, utils
+from rumjax.analysis import runs
 
 MODEL = "pointer_generator"
 LABELS = {"lead": "LEAD", "encrum": "encRUM", "decrum": "decRUM", "allrum": "allRUM"}
@@ -199,10 +199,8 @@ def load_config(workdir: str, get_task: Callable[[str], Any]):
 
 def load_run(workdir: str, get_task: Callable[[str], Any], step: Optional[int] = None):
   """The task, config, model and restored parameters of a summarization training workdir
-  (RUM paper, Figure 6).
-
-  The config is :func:`load_config`'s; the parameters are :func:`load_checkpoint`'s
-  (the checkpoint at ``step``, default the latest).
+  (RUM paper, Figure 6): :func:`rumjax.analysis.runs.load_run` of a pointer-generator run
+  (the checkpoint at ``step``, default the latest) and ``task.build_model(config)``.
 
   Returns:
     ``(task, config, model, step, params)``.
@@ -211,16 +209,8 @@ def load_run(workdir: str, get_task: Callable[[str], Any], step: Optional[int] =
     ValueError: one line: as :func:`load_config`, or no checkpoint.
   """
   task, config = load_config(workdir, get_task)
-  return (task, config) + load_checkpoint(task, config, workdir, step)
-
-
-def load_checkpoint(task, config, workdir: str, step: Optional[int] = None):
-  """``(model, step, params)``: ``task.build_model(config)`` and the parameters (NumPy) of
-  the checkpoint at ``step`` (default: the latest) of ``workdir``, read by
-  :func:`rumjax.training.checkpoint.read_params` (RUM paper, Figure 6c,d). ``ValueError``
-  (one line) when there is no such checkpoint."""
-  at, params = checkpoint_lib.read_params(workdir, step)
-  return task.build_model(config), at, params
+  _, _, at, params = runs.load_run(workdir, get_task, step)
+  return task, config, task.build_model(config), at, params
 
 
 def fixed_batch(task, config, batch_index: int = 0, split: str = "dev") -> dict:
@@ -259,7 +249,7 @@ def figure6_of_run(workdir: str, get_task: Callable[[str], Any], *, batch_index:
     step: the checkpoint for (c, d) (default: the latest).
 
   Returns:
-    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.recorded_path`: no machine
+    A JSON-able dict: ``workdir`` (:func:`rumjax.analysis.runs.recorded_path`: no machine
     path), ``task``, ``variant``, ``label``, ``encoder_cell``, ``decoder_cell``,
     ``step``, ``split``, ``batch_index``, ``batch_rows`` (real rows),
     ``article_lengths`` / ``target_lengths`` (of the real rows), ``loss`` (at the batch),
@@ -268,14 +258,13 @@ def figure6_of_run(workdir: str, get_task: Callable[[str], Any], *, batch_index:
     ``seconds``.
   """
   start = time.perf_counter()
-  task, config = load_config(workdir, get_task)
+  task, config, model, at, params = load_run(workdir, get_task, step)
   batch = fixed_batch(task, config, batch_index, split)
-  model, at, params = load_checkpoint(task, config, workdir, step)
   grads = intermediate_gradients(model, params, batch, task.loss_and_metrics)
   rows = np.asarray(batch.get("mask", np.ones(len(batch["targets"]))), np.float64) > 0
   curves = training_curves(utils.read_jsonl(os.path.join(workdir, "metrics.jsonl")))
   return {
-      "workdir": analysis.recorded_path(workdir), "task": config.task,
+      "workdir": runs.recorded_path(workdir), "task": config.task,
       "variant": config.get("variant"),
       "label": run_label(config), "encoder_cell": config.model.encoder_cell,
       "decoder_cell": config.model.decoder_cell, "step": at, "split": split,

@@ -54,6 +54,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rumjax.core.precision import HIGHEST, at_least_float32
+
 
 class RotationPlane(NamedTuple):
   """``Rotation(a, b) = 1 + (u, q) M (u, q)^T`` with ``M = [[m_uu, m_uq], [m_qu, m_qq]]``.
@@ -74,11 +76,6 @@ class RotationPlane(NamedTuple):
 
 def _dot(x, y):
   return jnp.sum(x * y, axis=-1)
-
-
-def rotation_dtype(*args) -> jnp.dtype:
-  """The dtype of the rotation path: the inputs' float dtype, at least float32."""
-  return jnp.promote_types(jnp.result_type(*args, float), jnp.float32)
 
 
 def _safe_norm(x):
@@ -113,10 +110,10 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
     b: <float>[..., N] the vector to rotate towards (``tau_t`` in RUM).
 
   Returns:
-    A :class:`RotationPlane` in :func:`rotation_dtype` (at least float32); see the
+    A :class:`RotationPlane` in :func:`~rumjax.core.precision.at_least_float32`; see the
     module docstring for the degenerate cases and the numerics near anti-parallel.
   """
-  dtype = rotation_dtype(a, b)
+  dtype = at_least_float32(a, b)
   a, b = jnp.broadcast_arrays(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
   norm_a, a_ok = _safe_norm(a)
   norm_b, b_ok = _safe_norm(b)
@@ -203,7 +200,7 @@ def rotation_matrix(a: jax.Array, b: jax.Array) -> jax.Array:
     b: <float>[..., N] towards this direction.
 
   Returns:
-    <float>[..., N, N] in :func:`rotation_dtype` (at least float32), orthogonal with
+    <float>[..., N, N] in :func:`~rumjax.core.precision.at_least_float32`, orthogonal with
     determinant +1 (for N >= 2).
   """
   plane = rotation_plane(a, b)
@@ -211,6 +208,5 @@ def rotation_matrix(a: jax.Array, b: jax.Array) -> jax.Array:
   basis = jnp.stack([plane.u, plane.q], axis=-1)  # (..., N, 2)
   m = jnp.stack([jnp.stack([plane.m_uu, plane.m_uq], -1),
                  jnp.stack([plane.m_qu, plane.m_qq], -1)], -2)  # (..., 2, 2)
-  hi = jax.lax.Precision.HIGHEST
   return jnp.eye(n, dtype=basis.dtype) + jnp.matmul(
-      jnp.matmul(basis, m, precision=hi), jnp.swapaxes(basis, -1, -2), precision=hi)
+      jnp.matmul(basis, m, precision=HIGHEST), jnp.swapaxes(basis, -1, -2), precision=HIGHEST)

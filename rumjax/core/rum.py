@@ -24,7 +24,7 @@ promoted together, e.g. bfloat16; ``rdtype = promote_types(dtype, float32)``):
 * ``dtype``: the gate matmuls ``x @ kernel_x``, ``h @ kernel_h`` (default precision),
   ``tau``, ``u``, ``e``, ``h~``, ``h'`` and the hidden states ``h_t`` returned.
 * ``rdtype`` (float32, or float64 for float64 inputs): the rotation path. The normalised
-  vectors, ``cos``/``sin`` (:func:`rumjax.rotation.rotation_plane`, elementwise ops), the
+  vectors, ``cos``/``sin`` (:func:`rumjax.core.rotation.rotation_plane`, elementwise ops), the
   memory ``R_t`` (carried in ``rdtype`` always, as recurrentgemma carries its recurrent
   state in float32) and its update with every product at ``lax.Precision.HIGHEST``, and
   ``R_t h_{t-1}``, which is rounded to ``dtype`` once, when it is added to ``e_t``. The
@@ -32,7 +32,7 @@ promoted together, e.g. bfloat16; ``rdtype = promote_types(dtype, float32)``):
 
 So ``R_t`` stays orthogonal to float32 accuracy whatever the policy (bfloat16 rounding
 of a rotation would leave it ~1e-2 away from orthogonal after a few hundred steps).
-Near anti-parallel ``e_t``, ``tau_t`` see :mod:`rumjax.rotation`: the rotation stays
+Near anti-parallel ``e_t``, ``tau_t`` see :mod:`rumjax.core.rotation`: the rotation stays
 orthogonal to working precision up to and through ``theta = pi``.
 """
 
@@ -43,11 +43,11 @@ from typing import Any, Callable, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from rumjax import rum_fast
-from rumjax.rotation import RotationPlane, apply_plane, rotation_dtype, rotation_plane
+from rumjax.core import initializers, rum_fast
+from rumjax.core.precision import HIGHEST, at_least_float32
+from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
 
 Array = jax.Array
-HIGHEST = jax.lax.Precision.HIGHEST
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": jax.nn.relu,
@@ -117,26 +117,8 @@ def check_params(params, nx: Optional[int] = None) -> tuple[int, int]:
 # ------------------------------------------------------------------- initialisation
 
 
-def rum_kernel_init(num_blocks: int, scale: float = 1.0):
-  """Initializer for ``num_blocks`` side-by-side orthogonal blocks (Algorithm 1: gain 1.0).
-
-  A kernel of shape ``(n_in, num_blocks * n)`` gets an independent orthogonal
-  ``(n_in, n)`` matrix per block, one per kernel ``W^tau``, ``W^u``, ``W~`` of the paper.
-  """
-  orthogonal = jax.nn.initializers.orthogonal(scale)
-
-  def init(key, shape, dtype=jnp.float32):
-    n_in, n_out = shape
-    if n_out % num_blocks:
-      raise ValueError(f"kernel shape {shape} does not split into {num_blocks} blocks.")
-    keys = jax.random.split(key, num_blocks)
-    # QR in float32 at least (LAPACK has no bfloat16), then cast.
-    qr_dtype = jnp.promote_types(dtype, jnp.float32)
-    return jnp.concatenate(
-        [orthogonal(k, (n_in, n_out // num_blocks), qr_dtype) for k in keys],
-        axis=-1).astype(dtype)
-
-  return init
+# Algorithm 1: side-by-side orthogonal blocks of gain 1.0, one per kernel of the paper.
+rum_kernel_init = initializers.block_orthogonal
 
 
 def rum_bias_init(key, shape, dtype=jnp.float32):
@@ -175,7 +157,7 @@ def _normalize(h, eta):
   The norm is taken in at least float32 (a statistic, as layer norm's), the result has
   the dtype of ``h``.
   """
-  h32 = h.astype(rotation_dtype(h))
+  h32 = h.astype(at_least_float32(h))
   sq = jnp.sum(h32 * h32, axis=-1, keepdims=True)
   nonzero = sq > 0
   scale = jnp.where(nonzero, eta * jax.lax.rsqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
@@ -185,7 +167,7 @@ def _normalize(h, eta):
 def update_memory(r_prev: Array, plane: RotationPlane, h: Array) -> tuple[Array, Array]:
   """``R_t = R_{t-1} Rotation(e, tau)`` as a rank-2 correction, and ``R_t h``.
 
-  With ``Rotation = 1 + (u, q) M (u, q)^T`` (see :mod:`rumjax.rotation`),
+  With ``Rotation = 1 + (u, q) M (u, q)^T`` (see :mod:`rumjax.core.rotation`),
   ``R_t = R_{t-1} + (R_{t-1} u, R_{t-1} q) M (u, q)^T``: one batched product
   ``R_{t-1} [u, q, h]`` and two outer products, O(N^2) per example.
 
@@ -194,7 +176,7 @@ def update_memory(r_prev: Array, plane: RotationPlane, h: Array) -> tuple[Array,
 
   Args:
     r_prev: <float>[..., N, N] the memory ``R_{t-1}``.
-    plane: the rotation of this step (:func:`rumjax.rotation.rotation_plane`).
+    plane: the rotation of this step (:func:`rumjax.core.rotation.rotation_plane`).
     h: <float>[..., N] the hidden state ``h_{t-1}`` (any float dtype).
 
   Returns:
@@ -271,7 +253,7 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
     h, r = h0, None
   if not lam:
     return jnp.asarray(h, dtype)
-  rdtype = rotation_dtype(dtype)
+  rdtype = at_least_float32(dtype)
   if r is None:
     r = jnp.broadcast_to(jnp.eye(nh, dtype=rdtype), jnp.shape(h)[:-1] + (nh, nh))
   return jnp.asarray(r, rdtype), jnp.asarray(h, dtype)
@@ -285,7 +267,7 @@ IMPLS = ("fast", "reference")
 
 def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
                return_cos):
-  """:func:`rumjax.rum_fast.fast_scan` on ``xs`` of any batch shape and major-ness."""
+  """:func:`rumjax.core.rum_fast.fast_scan` on ``xs`` of any batch shape and major-ness."""
   if not time_major:
     xs = jnp.moveaxis(xs, -2, 0)
   t, batch_shape, nh = xs.shape[0], xs.shape[1:-1], params["kernel_h"].shape[0]
@@ -356,7 +338,7 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     time_major: whether time is the leading axis of ``xs`` and ``hs``.
     unroll: passed to ``lax.scan``.
     return_cos: also return ``cos(theta_t)`` of every step, <float>[*batch, T].
-    impl: ``"fast"`` (default): :func:`rumjax.rum_fast.fast_scan`, a hand-written
+    impl: ``"fast"`` (default): :func:`rumjax.core.rum_fast.fast_scan`, a hand-written
       backward pass that saves only ``h_t`` and the pre-activations per step and, for
       ``lam=1``, rebuilds ``R_{t-1} = R_t Rotation_t^T`` backwards instead of saving
       ``R_t`` (training memory O(B Nh^2 + T B Nh)). ``"reference"``: the plain

@@ -1,6 +1,6 @@
 r"""Figure 8 of the RUM paper: loss landscapes of RUM and GORU side by side (Matplotlib).
 
-The inputs are the result dicts of :func:`rumjax.landscape.landscape_of_run` (or the
+The inputs are the result dicts of :func:`rumjax.analysis.landscape.landscape_of_run` (or the
 ``landscape.json`` that ``launch.landscape`` writes), keyed by model. As in
 :mod:`rumjax.plotting`: ``draw_*`` take a Matplotlib ``Axes``; ``plot_*`` write PNGs
 through ``matplotlib.figure.Figure`` and its Agg canvas (no pyplot); Matplotlib is imported
@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rumjax import plotting
+from rumjax.plotting import common
 
 
 def _minima(n: int) -> str:
@@ -58,23 +58,23 @@ def plot_landscape_1d(results: Mapping[str, Mapping[str, Any]], path: str,
                       title: str = "") -> str:
   """One panel per model (RUM and GORU side by side) of :func:`draw_landscape_1d`;
   returns ``path``."""
-  fig, axes = plotting._figure(5.6 * len(results), 4.4, ncols=len(results))
+  fig, axes = common.figure(5.6 * len(results), 4.4, ncols=len(results))
   for ax, result in zip(axes[0], results.values()):
     draw_landscape_1d(ax, result)
     ax.set_xlabel(ax.get_xlabel() + f"\nvaried: {_varied(result)}")
   fig.suptitle(title or "Loss along a filter-normalised random direction of the rotation "
                "weights (Figure 8a,c)")
-  return plotting._save(fig, path)
+  return common.save(fig, path)
 
 
 def plot_landscape_2d(results: Mapping[str, Mapping[str, Any]], path: str,
                       title: str = "") -> str:
   """One contour panel per model (RUM and GORU side by side) of
   :func:`draw_landscape_2d`; returns ``path``."""
-  fig, axes = plotting._figure(5.6 * len(results), 4.8, ncols=len(results))
+  fig, axes = common.figure(5.6 * len(results), 4.8, ncols=len(results))
   for ax, result in zip(axes[0], results.values()):
     draw_landscape_2d(ax, result)
     ax.set_xlabel(ax.get_xlabel() + f"\nvaried: {_varied(result)}")
   fig.suptitle(title or "Loss over a plane of two filter-normalised random directions of "
                "the rotation weights (Figure 8b,d)")
-  return plotting._save(fig, path)
+  return common.save(fig, path)
