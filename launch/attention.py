@@ -49,7 +49,7 @@ def run(values) -> str:
   try:
     task, config, step, params = landscape.load_run(values.workdir, tasks.get_task,
                                                     values.step)
-    if not hasattr(task, "sentence_batch"):
+    if task.sentence_batch is None:
       raise ValueError(f"task {config.task!r} has no sentence_batch: attention pictures "
                        "are for the sst and snli tasks.")
     tokens, batch = task.sentence_batch(config, values.sentence, values.hypothesis)

@@ -10,7 +10,7 @@ r"""Trains one bAbI model per sub-task with early stopping on dev; prints Table 
         --tasks=1,2,6 --budget_minutes=5
 
 For each sub-task ``k`` of ``--tasks`` the generic loop trains once in ``<workdir>/qa<k>``
-(``tasks/babi.py``; the set-up and the paper's numbers are in ``tasks/configs/babi.py``).
+(``tasks/babi.py``; the set-up and the paper's numbers are in ``tasks/experiments/babi.py``).
 Early stopping ("train until convergence on the dev set", sec. 4.2): dev and test are
 evaluated every ``--eval_every`` steps (default one epoch); when the dev accuracy improves
 the checkpoint is kept in ``<workdir>/qa<k>/best/checkpoints/<step>`` (usable as
@@ -32,7 +32,7 @@ the paper's per-task RUM numbers (ICLR-workshop version, Table 4), the mean over
 sub-tasks run, and ``<workdir>/results.json`` (rewritten after every sub-task).
 ``--compare=DIR,DIR`` (or ``--cells``) writes ONE Markdown table of several runs: ours
 and the paper's per-task numbers per model, steps, wall time, the mean and the passed
-(>= 95%) sub-tasks (:func:`tasks.configs.babi.comparison_markdown`).
+(>= 95%) sub-tasks (:func:`tasks.experiments.babi.comparison_markdown`).
 """
 
 import os
@@ -41,7 +41,7 @@ import sys
 from absl import app, flags, logging
 
 from rumjax import experiments, utils
-from tasks.configs import babi as babi_configs
+from tasks.experiments import babi as babi_configs
 
 
 def define_flags() -> None:

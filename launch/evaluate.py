@@ -39,7 +39,7 @@ def define_config_flag(argv) -> None:
     sys.exit(f"error: no {os.path.join(workdir, 'config.json')}; pass --task (and "
              "--variant) of the run.")
   try:
-    config = tasks.get_task(name).default_config(
+    config = tasks.get_task(name).get_config(
         configs.argv_value(argv, "variant") or saved.get("variant"))
     configs.update_from_dict(config, saved)
     configs.check_fields(config, configs.override_paths(argv))

@@ -34,11 +34,11 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   config, task, workdir = evaluate.setup()
-  if not hasattr(task, "submission"):
+  if task.submission is None:
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "
              "submission function); use launch.evaluate for its metrics.")
   from rumjax import training
-  pred = FLAGS.pred or getattr(task, "SUBMISSION_PRED", "predict")
+  pred = FLAGS.pred or task.submission_pred
   seconds = []
   try:
     step, rows = training.predict_checkpoint(config, workdir, task, FLAGS.split,

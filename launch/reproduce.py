@@ -11,7 +11,7 @@ and summarization configurations (Table 4, on the synthetic task); the LSTMN pap
         --models=rum_lam1,gru --seeds=0,1,2 --budget_minutes=15     # mean ± std of 3 seeds
 
 Experiments (``--experiment``, comma-separated; the models, the paper's numbers and the
-figures are data in ``tasks/configs/``): ``copying_T200``, ``copying_T500``,
+figures are data in ``tasks/experiments/``): ``copying_T200``, ``copying_T500``,
 ``copying_T1000`` (RUM λ=1 with η=N/A and η=1.0, RUM λ=0, LSTM, GRU, EURNN, GORU; Figure
 4), ``recall_T30``, ``recall_T50`` (the same plus FW-LN; Table 1) and ``sst_binary``,
 ``sst_fine`` (LSTM and LSTMN, test at the best dev checkpoint; LSTMN paper Table 2),
@@ -43,7 +43,7 @@ import sys
 from absl import app, flags, logging
 
 from rumjax import experiments, utils
-from tasks.configs import EXPERIMENTS
+from tasks.experiments import EXPERIMENTS
 
 
 def define_flags() -> None:

@@ -4,7 +4,7 @@ r"""Trains a task of the zoo with the generic loop.
     python -m launch.train --task=recall --variant=T50 --cell=gru --workdir=/tmp/recall \
         --config.learning_rate=1e-3 --steps=2000
 
-The config starts from the task's ``default_config(variant)`` (the paper's settings); any
+The config starts from the task's ``get_config(variant)`` (the paper's settings); any
 field can be overridden with ``--config.FIELD=VALUE`` (the model's fields under
 ``--config.model.FIELD``, e.g. ``--config.model.lam=0``); ``--cell``, ``--steps``, ``--batch_size``,
 ``--seed``, ``--eval_every`` and ``--checkpoint_every`` are shortcuts for the config fields
@@ -73,7 +73,7 @@ def define_config_flag(argv) -> None:
   name = configs.argv_value(argv, "task", "copying")
   try:
     task = tasks.get_task(name)
-    config = task.default_config(configs.argv_value(argv, "variant"))
+    config = task.get_config(configs.argv_value(argv, "variant"))
     configs.check_fields(config, configs.override_paths(argv))
   except ValueError as err:
     sys.exit(f"error: {err}")
@@ -90,7 +90,7 @@ def build_config(argv):
     if FLAGS.cell is not None:
       config.model.cell = FLAGS.cell
     task = tasks.get_task(FLAGS.task)
-    if "model.hidden_size" not in overridden and hasattr(task, "hidden_size_for"):
+    if "model.hidden_size" not in overridden and task.hidden_size_for is not None:
       config.model.hidden_size = task.hidden_size_for(config.model.cell, config.model.lam)
     for flag, field in [("steps", "num_steps"), ("batch_size", "batch_size"),
                         ("seed", "seed"), ("eval_every", "eval_every"),

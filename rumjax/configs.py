@@ -89,7 +89,7 @@ def update_from_dict(config, values: Mapping[str, Any], prefix: str = "") -> Non
 
 
 def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
-  """``(task, config)`` of a training workdir: the task's ``default_config(variant)``
+  """``(task, config)`` of a training workdir: the task's ``get_config(variant)``
   updated with ``<workdir>/config.json`` (as ``launch.evaluate`` reads it).
 
   Raises:
@@ -103,7 +103,7 @@ def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
   with open(path) as f:
     saved = json.load(f)
   task = get_task(saved["task"])
-  config = task.default_config(saved.get("variant"))
+  config = task.get_config(saved.get("variant"))
   update_from_dict(config, saved)
   return task, config
 

@@ -1,6 +1,6 @@
 r"""Experiment runner: a paper's set of models, each trained in ONE loop invocation.
 
-An :class:`Experiment` is data (defined next to the tasks, e.g. ``tasks/configs/recall.py``):
+An :class:`Experiment` is data (defined next to the tasks, e.g. ``tasks/experiments/recall.py``):
 a task module, a config variant, the models as dotted-field overrides, the paper's numbers
 and how to report them. Nothing here knows a task by name.
 
@@ -33,7 +33,7 @@ An experiment's folder ``<workdir>/<experiment>/`` holds
 
 Example::
 
-    summary = experiments.run_experiment(tasks.configs.EXPERIMENTS["recall_T30"],
+    summary = experiments.run_experiment(tasks.experiments.EXPERIMENTS["recall_T30"],
                                          "/tmp/repro", ["rum_lam1", "gru"],
                                          experiments.Options(budget_minutes=3))
 """
@@ -148,7 +148,7 @@ class Experiment:
   Attributes:
     name: the experiment's name and folder, e.g. ``"recall_T30"``.
     task: the task module (``tasks.recall``).
-    variant: the config variant, ``task.default_config(variant)``.
+    variant: the config variant, ``task.get_config(variant)``.
     models: ``{key: (label, {dotted field: value})}`` in table order, e.g.
       ``{"gru": ("GRU", {"model.cell": "gru", "model.hidden_size": 50})}``.
     tiny: overrides for smoke tests (``Options.tiny``): a small model, data and batch.
@@ -299,7 +299,7 @@ def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
   """
   options = options or Options()
   _, overrides = exp.models[key]
-  config = exp.task.default_config(exp.variant)
+  config = exp.task.get_config(exp.variant)
   updates = dict(overrides)
   if options.tiny:
     updates.update(exp.tiny)
@@ -609,7 +609,7 @@ def experiment_summary(exp: Experiment, exp_dir: str,
       record = utils.read_json(os.path.join(exp_dir, key, RESULT_FILE))
     if record is not None:
       models[key] = dict(record, paper=exp.paper.get(key))
-  summary = {"experiment": exp.name, "task": exp.task.NAME, "variant": exp.variant,
+  summary = {"experiment": exp.name, "task": exp.task.name, "variant": exp.variant,
              "paper_source": exp.paper_source, "hardware": hardware_info(),
              "models": models}
   if seeds:

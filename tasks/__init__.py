@@ -1,35 +1,43 @@
-"""The zoo's tasks, one module each (see WORKSPACE.md, "The task contract"), by name.
+"""The zoo's tasks by name (see WORKSPACE.md, "The task contract").
 
     >>> task = tasks.get_task("copying")
-    >>> config = task.default_config()        # or default_config("T500")
+    >>> config = task.get_config()        # or get_config("T500")
     >>> task.validate_config(config)
 
-Every module ``tasks/<name>.py`` that defines ``NAME`` and the contract's functions is a
-task: it is registered under ``NAME`` the first time the registry is read, so adding a
-task touches only its own module.
+A task is a :class:`tasks.base.Task` defined at module level in ``tasks/<module>.py``
+(its config in ``tasks/configs/<name>.py``); the first lookup imports the modules of
+this package and registers every ``Task`` they define under its ``name``, so adding a
+task touches only its own files. :func:`register_task` adds one from elsewhere (a
+notebook, a test, a project of your own).
 """
 
 import importlib
 import pkgutil
-from types import ModuleType
 
 from rumjax.registry import Registry
+from tasks.base import Task
 
 TASKS = Registry("task")
-_CONTRACT = ("NAME", "default_config", "validate_config", "train_data", "eval_data",
-             "build_model", "loss_and_metrics")
-_HELPERS = {"common", "clue", "summarization"}  # modules of this package that are not tasks
+
+
+def register_task(task: Task) -> Task:
+  """Registers ``task`` under ``task.name`` (the same object again is a no-op)."""
+  if not isinstance(task, Task):
+    raise TypeError(f"register_task takes a tasks.base.Task, got {type(task).__name__}.")
+  return TASKS.register(task.name, task)
 
 
 def _discover() -> None:
-  if TASKS:
+  if getattr(_discover, "done", False):
     return
   for info in pkgutil.iter_modules(__path__):
-    if info.ispkg or info.name.startswith("_") or info.name in _HELPERS:
+    if info.ispkg or info.name.startswith("_"):
       continue
     module = importlib.import_module(f"{__name__}.{info.name}")
-    if all(hasattr(module, attr) for attr in _CONTRACT):
-      TASKS.register(module.NAME, module)
+    for value in vars(module).values():
+      if isinstance(value, Task):
+        register_task(value)
+  _discover.done = True
 
 
 def task_names() -> list[str]:
@@ -38,7 +46,7 @@ def task_names() -> list[str]:
   return TASKS.names()
 
 
-def get_task(name: str) -> ModuleType:
-  """The task module ``name``; ``ValueError`` naming the close and the known tasks."""
+def get_task(name: str) -> Task:
+  """The task ``name``; ``ValueError`` naming the close and the known tasks."""
   _discover()
   return TASKS.get(name)

@@ -33,7 +33,7 @@ Equations" (ICLR 2021 submission, §4):
 * Models (``config.model.name``, :mod:`rumjax.models.encoders`): ``starsaber``,
   ``starsaber_gate``, ``starsaber_pe``, ``starsaber_nodirect``, ``transformer``,
   ``rezero``, ``bilstm``. Default size (CPU-scaled): 4 layers, hidden 256; the paper's
-  Table 1 sizes are in :mod:`tasks.configs.clue`.
+  Table 1 sizes are in :mod:`tasks.experiments.clue`.
 * Word2Vec group: ``word_vectors`` (a word2vec/GloVe text file of characters) starts the
   embedding from it and ``model.freeze_embeddings`` keeps it fixed. No vector file is
   available here.

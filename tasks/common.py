@@ -74,6 +74,14 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   return c
 
 
+def check_variant(name: str, variant: Optional[str], variants) -> None:
+  """A one-line ``ValueError`` unless ``variant`` is None (the small set-up) or one of
+  ``variants`` (a task config's ``get_config``)."""
+  if variant is not None and variant not in variants:
+    raise ValueError(f"unknown {name} variant {variant!r}; known variants are "
+                     f"{list(variants)} (or None for the small default).")
+
+
 def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   """``config.model`` of a model built around a recurrent cell (``rumjax.models``).
 

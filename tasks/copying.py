@@ -14,28 +14,26 @@ then uniform guesses) scores ``C = M log n / (T + 2M)``
 (:func:`memoryless_baseline`, footnote 4 of the paper), reported as the metric
 ``memoryless_baseline``; ``accuracy`` is measured on the 10 copied symbols only.
 
-Variants ``T200``, ``T500``, ``T1000`` follow the paper (batch 128, RMSProp decay 0.9,
-lr 1e-3, 50,000 / 500 train / test examples, hidden 100 for RUM with ``lam=1`` and
-250 otherwise). ``default_config()`` without a variant is a small setting (delay 10,
-batch 32, lr 3e-3, 2000 steps) that RUM learns on a 2-core CPU in a few minutes. The
-examples are fixed (drawn once from fixed seeds per split); ``config.seed`` only sets
-the order of the batches.
+The config is :mod:`tasks.configs.copying` (variants ``T200``, ``T500``, ``T1000`` as in
+the paper; without a variant a small setting that RUM learns on a 2-core CPU in a few
+minutes). The examples are fixed (drawn once from fixed seeds per split); ``config.seed``
+only sets the order of the batches.
 """
 
 import functools
 import math
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from rumjax import metrics, models
 from tasks import common
+from tasks.base import Task
+from tasks.configs import copying as config_lib
 from tasks.data import ShuffledBatches, eval_batches
 
-NAME = "copying"
-VARIANTS = ("T200", "T500", "T1000")
+NAME = config_lib.NAME
 EVAL_SPLITS = ("test",)
 
 NUM_DATA = 8                   # n: data symbols 0..7
@@ -52,58 +50,9 @@ def memoryless_baseline(delay: int) -> float:
   return COPY_LENGTH * math.log(NUM_DATA) / (delay + 2 * COPY_LENGTH)
 
 
-def hidden_size_for(cell: str, lam: int) -> int:
-  """The paper's hidden size: 100 for RUM with ``lam = 1``, 250 for every other model."""
-  return 100 if cell == "rum" and lam == 1 else 250
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The copying config: a small CPU setting (``None``) or a paper variant.
-
-  Small setting (not the paper's): delay 10 (30-step sequences), RUM ``lam=1`` hidden
-  100, RMSProp (decay 0.9) lr 3e-3, batch 32, 2000 steps. Measured on a shared 2-core
-  CPU with `launch.train`: ~3.5 minutes, test loss 0.007 against the memoryless 0.69,
-  99.5% of the symbols copied.
-  The paper variants use batch 128 and lr 1e-3; the paper does not state the number of
-  steps (10,000 here).
-
-  Note: ``model.hidden_size`` follows :func:`hidden_size_for` at the default
-  ``cell``/``lam``; ``launch.train`` re-applies the rule after ``--cell``/
-  ``--config.model.lam`` unless ``--config.model.hidden_size`` is given; elsewhere, set it
-  again when changing them.
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown copying variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for the small default).")
-  c = common.base_config(NAME, variant)
-  c.model = common.cell_model_config("tagger", cell="rum", lam=1,
-                                     hidden_size=hidden_size_for("rum", 1))
-  c.optimizer = "rmsprop"
-  c.rmsprop_decay = 0.9
-  c.num_train = 50_000
-  c.num_test = 500
-  if variant is None:
-    c.delay = 10
-    c.batch_size = 32
-    c.learning_rate = 3e-3
-    c.num_steps = 2000
-    c.eval_every = 250
-    c.checkpoint_every = 500
-  else:
-    c.delay = int(variant[1:])
-    c.batch_size = 128
-    c.learning_rate = 1e-3
-    c.num_steps = 10_000
-    c.eval_every = 250
-    c.checkpoint_every = 1000
-  # The whole test set every eval_every steps and at the end (metrics test_*).
-  c.evals.test = common.eval_entry("test", c.get_ref("eval_every"))
-  return c
-
-
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
+  common.check_task(config, NAME, config_lib.VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   common.validate_cell_model(config.model)
   common.check_int(config, "delay", 1)
@@ -210,3 +159,10 @@ def to_text(tokens) -> str:
   """A readable sequence: data symbols as digits, ``_`` for blank, ``:`` for the marker."""
   return "".join("_" if t == BLANK else ":" if t == MARKER else str(int(t))
                  for t in np.asarray(tokens))
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=tuple(config_lib.VARIANTS),
+            eval_splits=EVAL_SPLITS, hidden_size_for=config_lib.hidden_size_for,
+            to_text=to_text)

@@ -17,23 +17,23 @@ Inputs are one-hot over the fixed vocabulary :data:`VOCAB` (26 letters, 10 digit
 train / dev / test examples are generated once from fixed seeds (one per split and
 length); ``config.seed`` only sets the order of the training batches.
 
-Variants ``T30`` and ``T50`` follow the paper (hidden 50, batch 128, RMSProp lr 1e-3,
-RUM ``lam=1``, ``eta=None``); ``default_config()`` is ``T30`` with few steps.
+The config is :mod:`tasks.configs.recall` (variants ``T30`` and ``T50`` as in the paper;
+without a variant ``T30`` with few steps).
 """
 
 import functools
 import string
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
-import ml_collections
 import numpy as np
 
 from rumjax import metrics, models
 from tasks import common
+from tasks.base import Task
+from tasks.configs import recall as config_lib
 from tasks.data import ShuffledBatches, eval_batches
 
-NAME = "recall"
-VARIANTS = ("T30", "T50")
+NAME = config_lib.NAME
 EVAL_SPLITS = ("dev", "test")
 
 LETTERS = list(string.ascii_lowercase)
@@ -49,47 +49,9 @@ MAX_LENGTH = 2 * len(LETTERS)
 _SPLIT_SEEDS = {"train": 2701, "dev": 2702, "test": 2703}
 
 
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The recall config: ``T30`` with few steps (``None``) or a paper variant.
-
-  The paper trains for 100k steps; the small default runs 1000 steps and evaluates on
-  the first 20 batches of a split (2-4 minutes on a shared 2-core CPU, reaching ~22%
-  dev accuracy, chance is 10%: far from solving the task, which takes tens of
-  thousands of steps).
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown recall variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for the small T30 default).")
-  c = common.base_config(NAME, variant)
-  c.model = common.cell_model_config("classifier", cell="rum", lam=1, hidden_size=50)
-  c.optimizer = "rmsprop"
-  c.learning_rate = 1e-3
-  c.rmsprop_decay = 0.9
-  c.batch_size = 128
-  c.length = 30 if variant is None else int(variant[1:])
-  c.num_train = 100_000
-  c.num_dev = 10_000
-  c.num_test = 20_000
-  if variant is None:
-    c.num_steps = 1000
-    c.eval_every = 250
-    c.checkpoint_every = 500
-    during = 20
-  else:
-    c.num_steps = 100_000
-    c.eval_every = 1000
-    c.checkpoint_every = 5000
-    during = 0
-  # Dev every eval_every steps and at the end (its first 20 batches in the small
-  # setting), the whole test set at the end.
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), during)
-  c.evals.test = common.eval_entry("test", 0)
-  return c
-
-
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
+  common.check_task(config, NAME, config_lib.VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   common.validate_cell_model(config.model)
   length = common.check_int(config, "length", 2)
@@ -189,3 +151,9 @@ def build_model(config):
 
 # Mean cross-entropy of the answer digit and accuracy, as (sum, count) pairs.
 loss_and_metrics = metrics.classification_loss_and_metrics
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=tuple(config_lib.VARIANTS),
+            eval_splits=EVAL_SPLITS, to_text=to_text)

@@ -19,7 +19,7 @@ from rumjax.models.sequence import SequenceClassifier, run_recurrence
 def _small_config(name, **fields):
   """The task's default config with ``fields`` set (in ``config.model`` if it is there)."""
   task = tasks.get_task(name)
-  config = task.default_config()
+  config = task.get_config()
   with config.unlocked():
     for key, value in fields.items():
       model = config.get("model")

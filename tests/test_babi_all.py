@@ -1,4 +1,4 @@
-"""``launch.babi_all`` (:mod:`tasks.configs.babi` on :mod:`rumjax.experiments`) on the tiny
+"""``launch.babi_all`` (:mod:`tasks.experiments.babi` on :mod:`rumjax.experiments`) on the tiny
 bAbI fixture of ``tests/test_task_babi.py``: one loop invocation per sub-task that stops
 early by patience and keeps the best checkpoint, the test accuracy at the best dev step,
 a missing sub-task, the fallback to the 1k version, resuming, the wall-clock budget, the
@@ -14,7 +14,7 @@ import pytest
 
 from rumjax import training, utils
 from tasks import babi
-from tasks.configs import babi as babi_configs
+from tasks.experiments import babi as babi_configs
 from tests.test_task_babi import _write_fixture
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +165,7 @@ def test_fallback_to_1k_for_a_missing_train_file(settings, tmp_path):
 
 
 def _fake_run(cell, rows, **settings):
-  """A results JSON of :func:`tasks.configs.babi.run_subtasks` with ``rows``
+  """A results JSON of :func:`tasks.experiments.babi.run_subtasks` with ``rows``
   ``{k: (test accuracy, steps, minutes)}`` (``None``: missing data)."""
   tasks = {}
   for k, r in rows.items():

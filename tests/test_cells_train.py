@@ -14,7 +14,7 @@ from rumjax import cells, training
 
 def _tiny(task_name, cell, dtype="float32"):
   task = tasks.get_task(task_name)
-  config = task.default_config()
+  config = task.get_config()
   config.update(dict(batch_size=8, num_steps=3, eval_every=0, checkpoint_every=0,
                      log_every=1, num_train=64, num_test=8))
   config.model.update(dict(cell=cell, hidden_size=8, dtype=dtype))

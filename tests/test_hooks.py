@@ -23,22 +23,22 @@ def _config(**overrides):
 def test_periodic_is_called_at_start_every_n_steps_and_at_the_end(tmp_path):
   calls = []
   hook = hooks.Periodic(4, lambda step, state: calls.append((step, int(state.step))))
-  summary = training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task,
+  summary = training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task.TASK,
                                         hooks=[hook])
   assert summary["stop_reason"] == "num_steps"
   assert calls == [(0, 0), (4, 4), (8, 8), (10, 10)]  # the state is that of the step
   # Resumed at the end: nothing trains, nothing is called; resumed to 14: 12 and the end.
   calls.clear()
-  training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task, hooks=[hook])
+  training.train_and_evaluate(_config(num_steps=10), str(tmp_path), toy_task.TASK, hooks=[hook])
   assert calls == []
-  training.train_and_evaluate(_config(num_steps=14), str(tmp_path), toy_task, hooks=[hook])
+  training.train_and_evaluate(_config(num_steps=14), str(tmp_path), toy_task.TASK, hooks=[hook])
   assert calls == [(12, 12), (14, 14)]
 
 
 def test_time_budget_stops_saves_and_evaluates(tmp_path):
   ticks = iter(range(1000))  # one second per reading: begin, then one after each step
   budget = hooks.TimeBudget(3.5, clock=lambda: float(next(ticks)))
-  summary = training.train_and_evaluate(_config(num_steps=100), str(tmp_path), toy_task,
+  summary = training.train_and_evaluate(_config(num_steps=100), str(tmp_path), toy_task.TASK,
                                         hooks=[budget])
   assert summary["stop_reason"] == "budget" and not summary["preempted"]
   assert summary["step"] == 4 and "eval_loss" in summary  # 4 s >= 3.5 s; final eval ran
@@ -53,7 +53,7 @@ def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
   workdir = str(tmp_path)
   stop = hooks.EarlyStopping("eval_loss", mode="max", patience=2)
   summary = training.train_and_evaluate(_config(num_steps=100, eval_every=2,
-                                                checkpoint_every=0), workdir, toy_task,
+                                                checkpoint_every=0), workdir, toy_task.TASK,
                                         hooks=[stop])
   assert summary["stop_reason"] == "early_stopping" and summary["step"] == 6
   assert summary["best_step"] == 2
@@ -64,11 +64,11 @@ def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
   assert summary["best_metrics"]["eval_loss"] == pytest.approx(first_eval["eval_loss"])
   # The best checkpoint is a complete one: evaluating it gives the best metrics again.
   assert os.listdir(os.path.join(workdir, "best", "checkpoints")) == ["2"]
-  again = training.evaluate_checkpoint(_config(), os.path.join(workdir, "best"), toy_task)
+  again = training.evaluate_checkpoint(_config(), os.path.join(workdir, "best"), toy_task.TASK)
   assert again["step"] == 2 and again["eval_loss"] == pytest.approx(first_eval["eval_loss"])
   # A second invocation reads early_stopping.json and stops at once.
   resumed = training.train_and_evaluate(_config(num_steps=100, eval_every=2), workdir,
-                                        toy_task,
+                                        toy_task.TASK,
                                         hooks=[hooks.EarlyStopping("eval_loss", mode="max",
                                                                    patience=2)])
   assert resumed["step"] == 6 and resumed["stop_reason"] == "early_stopping"
@@ -82,7 +82,7 @@ def test_early_stopping_counts_the_final_evaluation(tmp_path):
   # fields' early stopping of a budget-bound run used to report best_step None here).
   workdir = str(tmp_path)
   summary = training.train_and_evaluate(
-      _config(num_steps=5, eval_every=0, checkpoint_every=0), workdir, toy_task,
+      _config(num_steps=5, eval_every=0, checkpoint_every=0), workdir, toy_task.TASK,
       hooks=[hooks.EarlyStopping("eval_loss", mode="min", patience=2)])
   assert summary["best_step"] == 5
   assert summary["best_eval_loss"] == pytest.approx(summary["eval_loss"])
@@ -93,19 +93,19 @@ def test_early_stopping_counts_the_final_evaluation(tmp_path):
   # A final evaluation that is not better (mode max of a falling loss) changes nothing.
   other = str(tmp_path / "other")
   summary = training.train_and_evaluate(
-      _config(num_steps=6, eval_every=2, checkpoint_every=0), other, toy_task,
+      _config(num_steps=6, eval_every=2, checkpoint_every=0), other, toy_task.TASK,
       hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=10)])
   assert summary["step"] == 6 and summary["best_step"] == 2
 
 
 def test_evaluate_checkpoint_errors(tmp_path):
   with pytest.raises(ValueError, match="no checkpoints in"):
-    training.evaluate_checkpoint(_config(), str(tmp_path / "none"), toy_task)
-  training.train_and_evaluate(_config(num_steps=5), str(tmp_path / "run"), toy_task)
+    training.evaluate_checkpoint(_config(), str(tmp_path / "none"), toy_task.TASK)
+  training.train_and_evaluate(_config(num_steps=5), str(tmp_path / "run"), toy_task.TASK)
   with pytest.raises(ValueError, match="at step 3"):
-    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task, step=3)
+    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task.TASK, step=3)
   with pytest.raises(ValueError, match=r"unknown evaluator\(s\) \['test'\]"):
-    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task, names=["test"])
+    training.evaluate_checkpoint(_config(), str(tmp_path / "run"), toy_task.TASK, names=["test"])
 
 
 def test_one_run_compiles_the_train_step_once(tmp_path, monkeypatch):
@@ -118,8 +118,8 @@ def test_one_run_compiles_the_train_step_once(tmp_path, monkeypatch):
     traces.append(1)
     return original(pred, batch)
 
-  monkeypatch.setattr(toy_task, "loss_and_metrics", counted)
-  training.train_and_evaluate(_config(num_steps=12, eval_every=2), str(tmp_path), toy_task,
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(loss_and_metrics=counted))
+  training.train_and_evaluate(_config(num_steps=12, eval_every=2), str(tmp_path), toy_task.TASK,
                               hooks=[hooks.Periodic(3, lambda step, state: None)])
   assert len(traces) == 2
 
@@ -130,14 +130,14 @@ def test_config_fields_ask_for_early_stopping(tmp_path):
   fields = dict(num_steps=100, eval_every=2, checkpoint_every=0,
                 early_stopping_metric="eval_loss", early_stopping_mode="max",
                 early_stopping_patience=2)
-  summary = training.train_and_evaluate(_config(**fields), str(tmp_path / "a"), toy_task)
+  summary = training.train_and_evaluate(_config(**fields), str(tmp_path / "a"), toy_task.TASK)
   assert summary["stop_reason"] == "early_stopping" and summary["step"] == 6
   assert summary["best_step"] == 2
   assert os.path.isdir(os.path.join(str(tmp_path / "a"), "best"))
   with pytest.raises(ValueError, match=r"config\.early_stopping_metric='dev_accuracy' "
                                        r"comes from no evaluator"):
     training.train_and_evaluate(_config(**{**fields, "early_stopping_metric": "dev_accuracy"}),
-                                str(tmp_path / "b"), toy_task)
+                                str(tmp_path / "b"), toy_task.TASK)
 
 
 def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeypatch):
@@ -149,23 +149,23 @@ def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeyp
                  checkpoint_every=2)
   traces = []
   original = toy_task.loss_and_metrics
-  monkeypatch.setattr(toy_task, "loss_and_metrics",
-                      lambda pred, batch: traces.append(1) or original(pred, batch))
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(
+      loss_and_metrics=lambda pred, batch: traces.append(1) or original(pred, batch)))
   full = training.train_and_evaluate(_config(num_steps=10, **plateau), str(tmp_path / "a"),
-                                     toy_task)
+                                     toy_task.TASK)
   assert full["lr_scale"] == 0.5 ** 3
   assert len(traces) == 2  # replacing the optimizer state does not recompile the step
   # The decay changes training: the same run without it ends elsewhere.
   plain = training.train_and_evaluate(_config(num_steps=10, eval_every=2),
-                                      str(tmp_path / "b"), toy_task)
+                                      str(tmp_path / "b"), toy_task.TASK)
   assert not np.allclose(plain["params"]["Dense_0"]["kernel"],
                          full["params"]["Dense_0"]["kernel"])
   # Stopped at step 5 and resumed: the scale, best value and count come back from the
   # checkpoint, and the final parameters equal the uninterrupted run's.
   workdir = str(tmp_path / "c")
-  half = training.train_and_evaluate(_config(num_steps=5, **plateau), workdir, toy_task)
+  half = training.train_and_evaluate(_config(num_steps=5, **plateau), workdir, toy_task.TASK)
   assert half["lr_scale"] == 0.5
-  resumed = training.train_and_evaluate(_config(num_steps=10, **plateau), workdir, toy_task)
+  resumed = training.train_and_evaluate(_config(num_steps=10, **plateau), workdir, toy_task.TASK)
   assert resumed["lr_scale"] == full["lr_scale"]
   np.testing.assert_array_equal(resumed["params"]["Dense_0"]["kernel"],
                                 full["params"]["Dense_0"]["kernel"])
@@ -173,15 +173,15 @@ def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeyp
                                        r"evaluator; config\.evals has \['eval'\]"):
     training.train_and_evaluate(_config(num_steps=2, **{**plateau,
                                                         "lr_plateau_metric": "dev_ppl"}),
-                                str(tmp_path / "d"), toy_task)
+                                str(tmp_path / "d"), toy_task.TASK)
 
 
 def test_a_task_may_wrap_the_optimizer(tmp_path, monkeypatch):
   # A wrapper that zeroes every update: the parameters stay at their initial values.
   frozen = lambda config, tx: optax.chain(tx, optax.scale(0.0))
-  monkeypatch.setattr(toy_task, "wrap_optimizer", frozen, raising=False)
-  summary = training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "a"), toy_task)
-  monkeypatch.delattr(toy_task, "wrap_optimizer")
-  init = training.train_and_evaluate(_config(num_steps=0), str(tmp_path / "b"), toy_task)
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(wrap_optimizer=frozen))
+  summary = training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "a"), toy_task.TASK)
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(wrap_optimizer=None))
+  init = training.train_and_evaluate(_config(num_steps=0), str(tmp_path / "b"), toy_task.TASK)
   np.testing.assert_array_equal(summary["params"]["Dense_0"]["kernel"],
                                 init["params"]["Dense_0"]["kernel"])

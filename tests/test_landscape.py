@@ -27,7 +27,7 @@ NH = 8
 def _config(cell):
   """A tiny recall config (T=6, hidden 8, batch 8)."""
   task = tasks.get_task("recall")
-  config = task.default_config()
+  config = task.get_config()
   with config.unlocked():
     config.model.cell = cell
     config.model.hidden_size = NH

@@ -89,9 +89,9 @@ def test_dtype_names_and_the_one_line_error():
 
 def test_every_task_has_the_fields_and_rejects_an_unknown_dtype():
   for name in tasks.task_names():
-    config = tasks.get_task(name).default_config()
+    config = tasks.get_task(name).get_config()
     assert (config.model.dtype, config.model.param_dtype) == ("float32", "float32"), name
-  config = tasks.get_task("recall").default_config()
+  config = tasks.get_task("recall").get_config()
   config.model.dtype = "float16x"
   with pytest.raises(ValueError, match="config.model.dtype='float16x'.*'bfloat16'"):
     tasks.get_task("recall").validate_config(config)
@@ -257,8 +257,8 @@ def test_starsaber_afqmc_in_bfloat16(tmp_path):
 
 
 def _recall(num_steps, cell="rum"):
-  from tasks import recall
-  c = recall.default_config()
+  recall = tasks.get_task("recall")
+  c = recall.get_config()
   c.length, c.batch_size = 8, 8
   c.num_train, c.num_dev, c.num_test = 48, 16, 16
   c.update(num_steps=num_steps, eval_every=num_steps, checkpoint_every=3, log_every=3)

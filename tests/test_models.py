@@ -107,7 +107,7 @@ def test_model_registry_builds_by_name():
 @pytest.mark.parametrize("task_name", ["copying", "recall"])
 def test_task_models_have_the_task_shapes(task_name):
   task = tasks.get_task(task_name)
-  c = task.default_config()
+  c = task.get_config()
   c.model.hidden_size, c.batch_size = 8, 4
   batch = next(task.train_data(c))
   model = task.build_model(c)
@@ -130,7 +130,7 @@ TINY = {
 @pytest.mark.parametrize("task_name,steps", [("copying", 40), ("recall", 60)])
 def test_a_few_dozen_steps_lower_the_loss(task_name, steps):
   task = tasks.get_task(task_name)
-  c = task.default_config()
+  c = task.get_config()
   c.update(TINY[task_name])
   c.model.hidden_size = 16
   task.validate_config(c)

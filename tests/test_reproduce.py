@@ -1,5 +1,5 @@
 """``launch.reproduce`` (:mod:`rumjax.experiments` with the experiments of
-:mod:`tasks.configs`) with tiny settings: one copying and one recall experiment with two
+:mod:`tasks.experiments`) with tiny settings: one copying and one recall experiment with two
 models each, in-process (the code path of the CLI); resuming, the wall-clock budget, the
 plots from checkpoints, and the command lines."""
 
@@ -13,8 +13,8 @@ import pytest
 
 import tasks
 from rumjax import analysis, experiments, plotting, training
-from tasks.configs import EXPERIMENTS
-from tasks.configs import recall as recall_configs
+from tasks.experiments import EXPERIMENTS
+from tasks.experiments import recall as recall_configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

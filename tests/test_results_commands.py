@@ -3,7 +3,7 @@
 command names an existing module and only flags it defines, and every ``--config.FIELD``
 is a field of the command's task config. Nothing is run: the flags are read from the
 modules' source (their ``DEFINE_*`` calls), the config fields from
-``tasks.get_task(task).default_config(variant)``."""
+``tasks.get_task(task).get_config(variant)``."""
 
 import ast
 import functools
@@ -17,7 +17,7 @@ import pytest
 
 import tasks
 from rumjax import analysis, configs, experiments
-from tasks.configs import EXPERIMENTS
+from tasks.experiments import EXPERIMENTS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A top-level folder of one machine's file system (not /tmp), e.g. /work/runs/x, /home/me.
@@ -38,7 +38,7 @@ def _read(path):
 
 
 def _scanned_files():
-  patterns = ("RESULTS.md", "launch/*.py", "tasks/configs/*.py", "docs/figures/*.json",
+  patterns = ("RESULTS.md", "launch/*.py", "tasks/experiments/*.py", "tasks/configs/*.py", "docs/figures/*.json",
               "notebooks/*.ipynb")
   return sorted(os.path.relpath(p, REPO) for pattern in patterns
                 for p in glob.glob(os.path.join(REPO, pattern)))
@@ -70,9 +70,9 @@ def docstring_commands(path: str) -> list[str]:
 
 
 def all_commands() -> list[tuple[str, str]]:
-  """``(where, command)``: RESULTS.md, the docstrings of launch/ and tasks/configs/."""
+  """``(where, command)``: RESULTS.md, the docstrings of launch/, tasks/experiments/ and tasks/configs/."""
   out = [("RESULTS.md", c) for c in markdown_commands(_read("RESULTS.md"))]
-  for pattern in ("launch/*.py", "tasks/configs/*.py"):
+  for pattern in ("launch/*.py", "tasks/experiments/*.py", "tasks/configs/*.py"):
     for path in sorted(glob.glob(os.path.join(REPO, pattern))):
       rel = os.path.relpath(path, REPO)
       out += [(rel, c) for c in docstring_commands(rel)]
@@ -117,7 +117,7 @@ def check_command(command: str) -> None:
         f"launch.{module} has no flag --{name}: {command}")
   name = configs.argv_value(argv, "task", known.get("task", (None, None))[1])
   if "config" in known and name:     # launch.train (evaluate: the workdir's task if none)
-    config = tasks.get_task(name).default_config(configs.argv_value(argv, "variant"))
+    config = tasks.get_task(name).get_config(configs.argv_value(argv, "variant"))
     configs.check_fields(config, configs.override_paths(argv))
   if module == "reproduce":
     check_reproduce(argv)

@@ -169,12 +169,12 @@ def _echo(batch, outputs):
 def test_rouge_through_the_training_loop(tmp_path, monkeypatch):
   """A task's text function reaches the rouge evaluator through train_and_evaluate; a
   perfect echo scores 100; an unknown text function name fails before training."""
-  monkeypatch.setattr(toy_task, "text_fns", lambda config: {"echo": _echo}, raising=False)
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(text_fns=lambda config: {"echo": _echo}))
   config = toy_task.default_config()
   config.update(dict(num_steps=4, eval_every=2))
   config.evals.dev = dict(type="rouge", split="dev", texts="echo", pred="predict", every=2,
                           batches=2)
-  summary = training.train_and_evaluate(config, str(tmp_path / "ok"), toy_task)
+  summary = training.train_and_evaluate(config, str(tmp_path / "ok"), toy_task.TASK)
   assert summary["dev_rouge1"] == summary["dev_rouge2"] == summary["dev_rougeLsum"] == 100.0
   assert summary["dev_rouge_count"] == 16.0  # 2 batches of 8 rows
   records = [json.loads(line) for line in open(tmp_path / "ok" / "metrics.jsonl")]
@@ -182,6 +182,6 @@ def test_rouge_through_the_training_loop(tmp_path, monkeypatch):
 
   config.evals.dev.texts = "ehco"
   with pytest.raises(ValueError) as err:
-    training.train_and_evaluate(config, str(tmp_path / "bad"), toy_task)
+    training.train_and_evaluate(config, str(tmp_path / "bad"), toy_task.TASK)
   assert str(err.value) == ("config.evals.dev.texts='ehco' is not a text function of this "
                             "task; known: ['echo'].")

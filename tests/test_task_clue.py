@@ -47,7 +47,7 @@ def tnews_dir(tmp_path):
 
 def _config(name, folder, tmp_path, variant=None, **fields):
   task = tasks.get_task(name)
-  config = task.default_config(variant)
+  config = task.get_config(variant)
   config.manual_dir = folder
   config.data_dir = str(tmp_path / "tfds")
   config.model.update(num_layers=1, hidden_size=8, embed_dim=8, num_heads=2)
@@ -66,12 +66,12 @@ def test_the_three_tasks_are_registered_with_their_variants():
   for name in ("afqmc", "tnews", "cmnli"):
     task = tasks.get_task(name)
     assert task.NAME == name and task.VARIANTS == ("mlm",)
-    assert task.default_config().objective == "classify"
-    assert task.default_config("mlm").objective == "mlm"
-    assert task.default_config("mlm").model.objective == "mlm"
-    assert task.default_config().seed == 10  # "Random seed is set to 10"
-  assert tasks.get_task("afqmc").default_config().learning_rate == 1e-4
-  assert tasks.get_task("afqmc").default_config("mlm").learning_rate == 1e-3
+    assert task.get_config().objective == "classify"
+    assert task.get_config("mlm").objective == "mlm"
+    assert task.get_config("mlm").model.objective == "mlm"
+    assert task.get_config().seed == 10  # "Random seed is set to 10"
+  assert tasks.get_task("afqmc").get_config().learning_rate == 1e-4
+  assert tasks.get_task("afqmc").get_config("mlm").learning_rate == 1e-3
 
 
 def test_join_pair_cuts_the_longer_sentence_first():
@@ -195,12 +195,12 @@ def test_config_errors_are_one_line(tmp_path):
     with pytest.raises(ValueError, match=match) as err:
       _config("afqmc", folder, tmp_path, **fields)
     assert "\n" not in str(err.value)
-  config = task.default_config()
+  config = task.get_config()
   config.objective = "mlm"            # config.model.objective follows it...
   assert config.model.objective == "mlm"
   config.model.objective = "classify"  # one field in two places
   assert config.objective == "classify"
-  config = task.default_config()
+  config = task.get_config()
   config.evals.test = dict(type="loss", split="test", every=0, at_end=True, batches=0)
   with pytest.raises(ValueError, match="test labels are private"):
     task.validate_config(config)

@@ -10,10 +10,11 @@ import pytest
 
 import tasks
 from tasks import copying
+from tasks.configs import copying as copying_config
 
 
 def small_config(**overrides):
-  c = copying.default_config()
+  c = copying_config.get_config()
   c.delay, c.batch_size, c.num_train, c.num_test = 5, 8, 50, 21
   c.update(overrides)
   return c
@@ -153,7 +154,7 @@ def test_loss_and_metrics():
 @pytest.mark.parametrize("variant,delay", [(None, 10), ("T200", 200), ("T500", 500),
                                            ("T1000", 1000)])
 def test_default_configs_validate(variant, delay):
-  c = copying.default_config(variant)
+  c = copying_config.get_config(variant)
   copying.validate_config(c)
   assert c.delay == delay and c.variant == variant and c.task == "copying"
   m = c.model
@@ -167,9 +168,9 @@ def test_default_configs_validate(variant, delay):
 
 
 def test_hidden_size_rule():
-  assert copying.hidden_size_for("rum", 1) == 100
-  assert copying.hidden_size_for("rum", 0) == 250
-  assert copying.hidden_size_for("gru", 1) == 250
+  assert copying_config.hidden_size_for("rum", 1) == 100
+  assert copying_config.hidden_size_for("rum", 0) == 250
+  assert copying_config.hidden_size_for("gru", 1) == 250
 
 
 @pytest.mark.parametrize("field,value", [
@@ -179,7 +180,7 @@ def test_hidden_size_rule():
     ("name", "nosuchmodel"),
 ])
 def test_validate_config_names_the_field(field, value):
-  c = copying.default_config()
+  c = copying_config.get_config()
   (c.model if field in c.model else c)[field] = value
   with pytest.raises(ValueError, match=field):
     copying.validate_config(c)
@@ -187,12 +188,12 @@ def test_validate_config_names_the_field(field, value):
 
 def test_unknown_variant():
   with pytest.raises(ValueError, match="T500"):
-    copying.default_config("T7")
+    copying_config.get_config("T7")
 
 
 def test_task_registry():
   assert {"copying", "recall"} <= set(tasks.task_names())
-  assert tasks.get_task("copying") is copying
+  assert tasks.get_task("copying") is copying.TASK
   with pytest.raises(ValueError, match=r"unknown task 'x'; known tasks are \[.*'copying'"):
     tasks.get_task("x")
   with pytest.raises(ValueError, match="did you mean 'copying'"):

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from tasks import recall
+from tasks.configs import recall as recall_config
 
 
 def small_config(**overrides):
-  c = recall.default_config()
+  c = recall_config.get_config()
   c.length, c.batch_size = 8, 8
   c.num_train, c.num_dev, c.num_test = 50, 20, 30
   c.update(overrides)
@@ -129,7 +130,7 @@ def test_loss_and_metrics():
 
 @pytest.mark.parametrize("variant,length", [(None, 30), ("T30", 30), ("T50", 50)])
 def test_default_configs_validate(variant, length):
-  c = recall.default_config(variant)
+  c = recall_config.get_config(variant)
   recall.validate_config(c)
   assert c.length == length and c.variant == variant and c.task == "recall"
   m = c.model
@@ -148,7 +149,7 @@ def test_default_configs_validate(variant, length):
     ("cell", "nope"), ("batch_size", 0), ("variant", "T40"),
 ])
 def test_validate_config_names_the_field(field, value):
-  c = recall.default_config()
+  c = recall_config.get_config()
   (c.model if field in c.model else c)[field] = value
   with pytest.raises(ValueError, match=field):
     recall.validate_config(c)

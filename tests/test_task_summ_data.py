@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _cnn_config(tmp_path, **fields):
   task = tasks.get_task("cnn_dailymail")
-  c = task.default_config("decrum")
+  c = task.get_config("decrum")
   c.manual_dir = fixtures._cnndm(tmp_path / "cnndm")
   c.data_dir = str(tmp_path / "tfds")
   c.update(batch_size=2, **fields)
@@ -75,7 +75,7 @@ def test_cnn_dailymail_csv_training_and_missing_split(tmp_path):
     task.read_csv(str(bad))
   for field, value, match in [("train_csv", str(tmp_path / "no.csv"), "is not a file"),
                               ("malformed_stories", "drop", "malformed_stories")]:
-    c2 = task.default_config()
+    c2 = task.get_config()
     c2.manual_dir = c.manual_dir
     c2[field] = value
     with pytest.raises(ValueError, match=match):
@@ -84,7 +84,7 @@ def test_cnn_dailymail_csv_training_and_missing_split(tmp_path):
 
 def _stories_config(tmp_path, subtask, **fields):
   task = tasks.get_task("stories")
-  c = task.default_config("lead")
+  c = task.get_config("lead")
   c.manual_dir = fixtures._stories(tmp_path / "sd")
   c.data_dir = str(tmp_path / "tfds")
   c.update(subtask=subtask, batch_size=2, **fields)
@@ -122,7 +122,7 @@ def test_stories_oods2s_evaluates_on_the_other_dataset_and_errors(tmp_path):
                         (dict(ood_manual_dir=""), "oods2s needs"),
                         (dict(manual_dir=""), "has no download"),
                         (dict(subtask="s2x", ood_manual_dir=""), "subtask='s2x'")]:
-    c2 = task.default_config()
+    c2 = task.get_config()
     c2.update(manual_dir=c.manual_dir, ood_manual_dir=other, subtask="oods2s")
     c2.update(**fields)
     with pytest.raises(ValueError, match=match):

@@ -64,15 +64,15 @@ def test_text_fns_give_rouge_100_for_the_reference_and_a_lead3_baseline():
 def test_config_errors():
   task = tasks.get_task("summ_synthetic")
   assert task.VARIANTS == ("lead", "encrum", "decrum", "allrum")
-  assert task.default_config("encrum").model.encoder_cell == "rum"
+  assert task.get_config("encrum").model.encoder_cell == "rum"
   for field, value, match in [("configuration", "bothrum", "configuration"),
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
                               ("cov_loss_wt", -1.0, "cov_loss_wt")]:
-    c = task.default_config()
+    c = task.get_config()
     c[field] = value
     with pytest.raises(ValueError, match=match):
       task.validate_config(c)
-  c = task.default_config()
+  c = task.get_config()
   c.model.decoder_cell = "lstmx"
   with pytest.raises(ValueError, match="not a registered cell"):
     task.validate_config(c)

@@ -23,11 +23,11 @@ def _params_equal(a, b):
 
 
 def test_trains_writes_metrics_and_resumes_exactly(tmp_path):
-  full = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "full"), toy_task)
+  full = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "full"), toy_task.TASK)
   part = str(tmp_path / "part")
-  first = training.train_and_evaluate(_config(num_steps=7), part, toy_task)
+  first = training.train_and_evaluate(_config(num_steps=7), part, toy_task.TASK)
   assert first["step"] == 7
-  resumed = training.train_and_evaluate(_config(num_steps=12), part, toy_task)
+  resumed = training.train_and_evaluate(_config(num_steps=12), part, toy_task.TASK)
   assert resumed["step"] == 12
   _params_equal(full["params"], resumed["params"])
   assert full["eval_loss"] < 5  # it learns (the loss of zero weights is about 30)
@@ -41,7 +41,7 @@ def test_trains_writes_metrics_and_resumes_exactly(tmp_path):
 def test_nan_guard_names_the_step_and_keeps_the_checkpoint(tmp_path):
   workdir = str(tmp_path / "nan")
   with pytest.raises(training.NonFiniteError, match="step 8"):
-    training.train_and_evaluate(_config(num_steps=12, nan_at_step=8), workdir, toy_task)
+    training.train_and_evaluate(_config(num_steps=12, nan_at_step=8), workdir, toy_task.TASK)
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
                  if d.isdigit())
   assert steps == [5]
@@ -49,30 +49,30 @@ def test_nan_guard_names_the_step_and_keeps_the_checkpoint(tmp_path):
 
 def test_corrupt_latest_checkpoint_falls_back(tmp_path, caplog):
   workdir = str(tmp_path / "corrupt")
-  training.train_and_evaluate(_config(num_steps=10), workdir, toy_task)
+  training.train_and_evaluate(_config(num_steps=10), workdir, toy_task.TASK)
   ckpt = os.path.join(workdir, "checkpoints", "10")
   # Corrupt every file of the latest checkpoint's state.
   for root, _, files in os.walk(os.path.join(ckpt, "state")):
     for name in files:
       with open(os.path.join(root, name), "wb") as f:
         f.write(b"garbage")
-  summary = training.train_and_evaluate(_config(num_steps=12), workdir, toy_task)
+  summary = training.train_and_evaluate(_config(num_steps=12), workdir, toy_task.TASK)
   assert summary["step"] == 12
   assert "cannot be restored" in caplog.text
   assert os.listdir(os.path.join(workdir, "corrupt_checkpoints"))  # kept, not deleted
   reference = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "ref"),
-                                          toy_task)
+                                          toy_task.TASK)
   _params_equal(reference["params"], summary["params"])
 
 
 def test_carried_model_state(tmp_path):
   a = training.train_and_evaluate(_config(num_steps=4, stateful=True, checkpoint_every=2),
-                                  str(tmp_path / "a"), toy_task)
+                                  str(tmp_path / "a"), toy_task.TASK)
   b = str(tmp_path / "b")
   training.train_and_evaluate(_config(num_steps=2, stateful=True, checkpoint_every=2), b,
-                              toy_task)
+                              toy_task.TASK)
   resumed = training.train_and_evaluate(
-      _config(num_steps=4, stateful=True, checkpoint_every=2), b, toy_task)
+      _config(num_steps=4, stateful=True, checkpoint_every=2), b, toy_task.TASK)
   _params_equal(a["params"], resumed["params"])
 
 
@@ -80,7 +80,7 @@ def test_unwritable_workdir(tmp_path):
   blocker = tmp_path / "file"
   blocker.write_text("x")
   with pytest.raises(ValueError, match="not writable"):
-    training.train_and_evaluate(_config(), str(blocker / "sub"), toy_task)
+    training.train_and_evaluate(_config(), str(blocker / "sub"), toy_task.TASK)
 
 
 def test_schedules_and_optimizers():
@@ -105,25 +105,24 @@ def test_schedules_and_optimizers():
 
 def test_init_from_a_pretrained_run(tmp_path):
   pretrained = training.train_and_evaluate(_config(num_steps=10), str(tmp_path / "pre"),
-                                           toy_task)
+                                           toy_task.TASK)
   config = _config(num_steps=1, learning_rate=1e-9, init_from=str(tmp_path / "pre"))
-  fine = training.train_and_evaluate(config, str(tmp_path / "fine"), toy_task)
+  fine = training.train_and_evaluate(config, str(tmp_path / "fine"), toy_task.TASK)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
                fine["params"], pretrained["params"])
   with pytest.raises(ValueError, match="no checkpoint found"):
     training.train_and_evaluate(_config(init_from=str(tmp_path / "nothing")),
-                                str(tmp_path / "x"), toy_task)
+                                str(tmp_path / "x"), toy_task.TASK)
 
 
 def test_task_predict_fn_reaches_its_evaluator(tmp_path, monkeypatch):
   """A task's own predict function (``predict_fns``) drives an evaluator of its config."""
-  monkeypatch.setattr(toy_task, "predict_fns", lambda config, model: {
+  monkeypatch.setattr(toy_task, "TASK", toy_task.with_parts(predict_fns=lambda config, model: {
       "twice": lambda params, batch, state: ({"double": (2.0 * (batch["y"] ** 2).sum(),
-                                                          (batch["y"] ** 2).sum())}, state)},
-                      raising=False)
+                                                          (batch["y"] ** 2).sum())}, state)}))
   config = _config(num_steps=4, eval_every=2)
   config.evals.twice = dict(type="loss", split="dev", every=2, pred="twice")
-  summary = training.train_and_evaluate(config, str(tmp_path), toy_task)
+  summary = training.train_and_evaluate(config, str(tmp_path), toy_task.TASK)
   assert summary["twice_double"] == pytest.approx(2.0)
   records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in records if "twice_double" in r] == [2, 4]
@@ -133,7 +132,7 @@ def test_init_from_restores_the_shared_parameters_only(tmp_path):
   """A fine-tuning model initialises from a pretraining run: the parameters the two share
   (by path) come from the checkpoint, a new head keeps its initialisation, a parameter the
   model lacks is dropped; a shared path with another shape, or nothing shared, is an error."""
-  training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "pre"), toy_task)
+  training.train_and_evaluate(_config(num_steps=3), str(tmp_path / "pre"), toy_task.TASK)
   _, saved = training.checkpoint.read_params(str(tmp_path / "pre"))
   assert set(saved["Dense_0"]) == {"kernel", "bias"}
   model = {"Dense_0": {"kernel": np.zeros_like(saved["Dense_0"]["kernel"])},  # no bias

@@ -47,11 +47,11 @@ def test_resume_differences_leave_out_the_fields_that_may_change():
 
 def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
   workdir = str(tmp_path / "run")
-  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task)
+  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task.TASK)
   before = _snapshot(workdir)
   with pytest.raises(training.WorkdirError) as err:
     training.train_and_evaluate(_config(num_steps=10, features=5, learning_rate=0.1),
-                                workdir, toy_task)
+                                workdir, toy_task.TASK)
   message = str(err.value)
   assert "\n" not in message
   assert "config.features: 4 in the workdir, 5 now" in message
@@ -60,7 +60,7 @@ def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
   assert _snapshot(workdir) == before
   # num_steps and the evaluation cadence may change: the run resumes.
   summary = training.train_and_evaluate(_config(num_steps=7, eval_every=1, log_every=1),
-                                        workdir, toy_task)
+                                        workdir, toy_task.TASK)
   assert summary["step"] == 7
 
 
@@ -68,11 +68,11 @@ def test_a_checkpoint_that_does_not_fit_is_an_error_not_corruption(tmp_path):
   """The second guard (no config.json to compare, e.g. a workdir copied without it): the
   checkpoint's tree (orbax metadata) against the new state; nothing is moved."""
   workdir = str(tmp_path / "run")
-  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task)
+  training.train_and_evaluate(_config(num_steps=5), workdir, toy_task.TASK)
   os.remove(os.path.join(workdir, "config.json"))
   before = _snapshot(workdir)
   with pytest.raises(training.StateMismatchError) as err:
-    training.train_and_evaluate(_config(num_steps=10, features=5), workdir, toy_task)
+    training.train_and_evaluate(_config(num_steps=10, features=5), workdir, toy_task.TASK)
   message = str(err.value)
   assert "\n" not in message
   assert "params/Dense_0/kernel: (4, 1) in the checkpoint, (5, 1) now" in message
@@ -88,11 +88,11 @@ def test_a_busy_workdir_is_refused_naming_the_holder(tmp_path):
     holder = workdir_lib.holder(workdir)
     assert holder["pid"] == os.getpid()
     with pytest.raises(training.WorkdirError) as err:
-      training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)
+      training.train_and_evaluate(_config(num_steps=2), workdir, toy_task.TASK)
     assert f"pid {os.getpid()}" in str(err.value) and "in use by another run" in str(err.value)
     assert os.listdir(workdir) == [workdir_lib.LOCK_FILE]    # nothing written
   assert workdir_lib.holder(workdir) is None                 # released, emptied
-  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)["step"] == 2
+  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task.TASK)["step"] == 2
   assert workdir_lib.holder(workdir) is None
 
 
@@ -104,7 +104,7 @@ def test_a_dead_holders_lock_is_taken_over_with_a_warning(tmp_path, caplog):
   record = {"host": "somewhere", "pid": dead.pid, "start": "2026-01-01T00:00:00+00:00"}
   with open(os.path.join(workdir, workdir_lib.LOCK_FILE), "w") as f:
     json.dump(record, f)
-  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task)["step"] == 2
+  assert training.train_and_evaluate(_config(num_steps=2), workdir, toy_task.TASK)["step"] == 2
   assert "Taking over the lock" in caplog.text and f"pid {dead.pid}" in caplog.text
 
 
@@ -127,7 +127,7 @@ def test_a_stop_requested_before_the_start_saves_nothing(tmp_path):
   workdir = str(tmp_path / "run")
   stop = training.StopRequest()
   stop.request()
-  summary = training.train_and_evaluate(_config(), workdir, toy_task, stop=stop)
+  summary = training.train_and_evaluate(_config(), workdir, toy_task.TASK, stop=stop)
   assert summary["preempted"] and summary["step"] == 0 and summary["params"] is None
   assert not os.path.exists(os.path.join(workdir, "checkpoints"))
 
@@ -135,12 +135,12 @@ def test_a_stop_requested_before_the_start_saves_nothing(tmp_path):
 def test_a_stop_before_the_first_step_or_after_a_step(tmp_path):
   workdir = str(tmp_path / "run")
   with training.StopRequest() as stop:
-    summary = training.train_and_evaluate(_config(), workdir, toy_task,
+    summary = training.train_and_evaluate(_config(), workdir, toy_task.TASK,
                                           hooks=[_StopAt(stop, "begin")], stop=stop)
   assert summary["preempted"] and summary["step"] == 0
   assert training.checkpoint.checkpoint_steps(workdir) == []   # nothing trained, nothing saved
   with training.StopRequest() as stop:
-    summary = training.train_and_evaluate(_config(), workdir, toy_task,
+    summary = training.train_and_evaluate(_config(), workdir, toy_task.TASK,
                                           hooks=[_StopAt(stop, "after_step", 3)], stop=stop)
   assert summary["preempted"] and summary["step"] == 3
   assert training.checkpoint.checkpoint_steps(workdir) == [3]
@@ -150,11 +150,11 @@ def test_metrics_after_the_last_checkpoint_are_set_aside_on_resume(tmp_path):
   """A run killed after its checkpoint at step 5 had written records for steps 6-7: the
   resumed run computes them again, so they go to metrics.discarded.jsonl, not twice."""
   workdir = str(tmp_path / "run")
-  training.train_and_evaluate(_config(num_steps=5, log_every=1), workdir, toy_task)
+  training.train_and_evaluate(_config(num_steps=5, log_every=1), workdir, toy_task.TASK)
   path = os.path.join(workdir, "metrics.jsonl")
   with open(path, "a") as f:
     f.write('{"step": 6, "train_loss": 1.0}\n{"step": 7, "train_loss": 1.0}\n{"step": 8, "tr')
-  training.train_and_evaluate(_config(num_steps=8, log_every=1), workdir, toy_task)
+  training.train_and_evaluate(_config(num_steps=8, log_every=1), workdir, toy_task.TASK)
   steps = [json.loads(line)["step"] for line in open(path)]
   assert steps == sorted(steps) and [s for s in steps if s > 5] == [6, 7, 8, 8]  # 8: final eval
   discarded = open(os.path.join(workdir, "metrics.discarded.jsonl")).read().splitlines()
@@ -176,6 +176,6 @@ def test_drop_after_keeps_order_and_appends():
 def test_non_finite_without_a_checkpoint_says_so(tmp_path):
   with pytest.raises(training.NonFiniteError) as err:
     training.train_and_evaluate(_config(num_steps=12, nan_at_step=2), str(tmp_path / "n"),
-                                toy_task)
+                                toy_task.TASK)
   assert "step 2" in str(err.value) and "there is no checkpoint yet" in str(err.value)
   assert "None" not in str(err.value)

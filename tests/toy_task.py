@@ -5,10 +5,14 @@ Linear regression on fixed random data; ``nan_at_step`` injects a NaN into one b
 model over consecutive segments).
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+
+from tasks.base import Task
 
 EVAL_SPLITS = ("dev",)
 
@@ -88,3 +92,14 @@ def loss_and_metrics(pred, batch):
   err = (pred - batch["y"]) ** 2
   n = jnp.asarray(err.size, jnp.float32)
   return jnp.mean(err), {"loss": (jnp.sum(err), n)}
+
+
+TASK = Task(name="toy", get_config=lambda variant=None: default_config(),
+            validate_config=validate_config, train_data=train_data, eval_data=eval_data,
+            build_model=build_model, loss_and_metrics=loss_and_metrics,
+            initial_model_state=initial_model_state, eval_splits=EVAL_SPLITS)
+
+
+def with_parts(**parts) -> Task:
+  """The toy task with some of its parts replaced (``predict_fns=...``, ``wrap_optimizer=...``)."""
+  return dataclasses.replace(TASK, **parts)

@@ -309,7 +309,7 @@ def first_batch_loss(task, config) -> tuple[Callable, dict]:
   model = task.build_model(config)
   rows = int(np.shape(jax.tree.leaves(batch)[0])[0])
   state = (task.initial_model_state(config, rows)
-           if hasattr(task, "initial_model_state") else None)
+           if task.initial_model_state is not None else None)
 
   def loss_fn(params):
     if state is None:

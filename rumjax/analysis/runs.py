@@ -31,7 +31,7 @@ def recorded_path(path: str, root: Optional[str] = None) -> str:
 def load_run(workdir: str, get_task: Callable[[str], Any], step: Optional[int] = None):
   """The task, config and parameters of a training workdir.
 
-  The config is the task's ``default_config(variant)`` updated with
+  The config is the task's ``get_config(variant)`` updated with
   ``<workdir>/config.json`` (as ``launch.evaluate`` reads it); the parameters are the
   checkpoint at ``step`` (default: the latest) read by
   :func:`rumjax.training.checkpoint.read_params`.

@@ -183,7 +183,7 @@ def training_curves(metrics_rows: Iterable[Mapping[str, Any]]) -> dict:
 
 def load_config(workdir: str, get_task: Callable[[str], Any]):
   """``(task, config)`` of a summarization training workdir (RUM paper, Figure 6): the
-  task's ``default_config(variant)`` updated with ``<workdir>/config.json`` (as
+  task's ``get_config(variant)`` updated with ``<workdir>/config.json`` (as
   ``launch.evaluate`` reads it).
 
   Raises:

@@ -160,7 +160,7 @@ def _init_state(config, task, model, tx, sample_batch, mesh) -> TrainState:
   key = jax.random.key(config.seed)
   init_key, dropout_key, base_key = jax.random.split(key, 3)
   model_state = None
-  if hasattr(task, "initial_model_state"):
+  if task.initial_model_state is not None:
     model_state = task.initial_model_state(config, config.batch_size)
   variables_fn = lambda: _init_variables(model, sample_batch, model_state, init_key,
                                          dropout_key)
@@ -183,7 +183,7 @@ def make_optimizer(config, task) -> optax.GradientTransformation:
   ``wrap_optimizer(config, tx) -> tx`` (e.g. the LSTMN paper's first-epoch scaling of the
   pre-trained embedding rows, :func:`tasks.text.embeddings.scale_embedding_rows`)."""
   tx = optim.make_optimizer(config)
-  wrap = getattr(task, "wrap_optimizer", None)
+  wrap = task.wrap_optimizer
   return tx if wrap is None else wrap(config, tx)
 
 
@@ -193,7 +193,7 @@ def count_model_params(task, config) -> int:
   model = task.build_model(config)
   batch = next(iter(task.train_data(config)))
   model_state = None
-  if hasattr(task, "initial_model_state"):
+  if task.initial_model_state is not None:
     model_state = task.initial_model_state(config, config.batch_size)
   key = jax.random.key(0)
   shapes = jax.eval_shape(lambda: _init_variables(model, batch, model_state, key, key))
@@ -222,7 +222,7 @@ def predict_fns(config, task, model) -> dict:
       "predict": lambda params, batch, model_state: _apply(model, params, batch, model_state,
                                                            train=False),
   }
-  if hasattr(task, "predict_fns"):
+  if task.predict_fns is not None:
     fns.update(task.predict_fns(config, model))
   return {name: jax.jit(fn) for name, fn in fns.items()}
 
@@ -243,14 +243,14 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
                           process_count=jax.process_count())
 
   model_state_fn = None
-  if hasattr(task, "initial_model_state"):
+  if task.initial_model_state is not None:
     def model_state_fn(batch_size):
       model_state = task.initial_model_state(config, batch_size or config.batch_size)
       if model_state is None:
         return None
       return jax.device_put(model_state, sharding_lib.batch_sharding(mesh))
 
-  text_fns = task.text_fns(config) if hasattr(task, "text_fns") else {}
+  text_fns = task.text_fns(config) if task.text_fns is not None else {}
   return evaluators_lib.build_evaluators(
       config.get("evals"), predict_fns=predict_fns(config, task, model), data_fn=data_fn,
       mesh=mesh, model_state_fn=model_state_fn, text_fns=text_fns)
@@ -531,7 +531,7 @@ def predict_checkpoint(config, workdir: str, task, split: str, *,
     raise ValueError(f"pred={pred!r} is not a predict function of this task; known: "
                      f"{sorted(fns)}.")
   model_state = None
-  if hasattr(task, "initial_model_state"):
+  if task.initial_model_state is not None:
     model_state = task.initial_model_state(config, config.batch_size)
   rows = []
   for batch in task.eval_data(config, split, process_index=jax.process_index(),

@@ -1,13 +1,4 @@
-"""The papers' runs as data: the experiments of ``launch.reproduce`` (one module per task,
-e.g. :mod:`tasks.configs.recall`: models as dotted-field overrides, the paper's numbers,
-smoke-test sizes, the table's columns and the figure) and the bAbI set-ups of
-``launch.babi_all`` (:mod:`tasks.configs.babi`).
-
-    >>> exp = tasks.configs.EXPERIMENTS["recall_T30"]
-    >>> rumjax.experiments.run_experiment(exp, "/tmp/repro", ["rum_lam1", "gru"])
-"""
-
-from tasks.configs import copying, recall, sst, summarization
-
-EXPERIMENTS = {**copying.EXPERIMENTS, **recall.EXPERIMENTS, **sst.EXPERIMENTS,
-               **summarization.EXPERIMENTS}
+"""Each task's config, one module per task: ``tasks/configs/<name>.py:get_config(variant)``
+(in the manner of Flax's ``examples/*/configs/default.py``), the paper's variants as data
+and every task field commented where it is set. The loop's and optimizer's fields common
+to all tasks are :func:`tasks.common.base_config`'s."""

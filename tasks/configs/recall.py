@@ -1,76 +1,50 @@
-"""Associative recall in the RUM paper (Dangovski et al., TACL 2019, sec. 4.1, Table 1):
-the models, their published test accuracy and parameter count, for ``launch.reproduce``.
+"""The associative-recall task's config (RUM paper, TACL 2019, sec. 4.1 and Table 1; set-up
+of Ba et al., 2016a): ``get_config()`` for a short CPU run, ``get_config("T30")`` for the
+paper's.
 
-Every model starts from the variant's config (``tasks.recall.default_config("T30")``:
-hidden 50, batch 128, RMSProp lr 1e-3, 100k steps) and changes the fields below.
+    python -m launch.train --task=recall --variant=T30 --workdir=/tmp/recall
 """
 
-from rumjax import experiments, plotting
-from rumjax.analysis import angles
-from tasks import recall as recall_task
+from typing import Optional
 
-_RUM = {"model.cell": "rum", "model.lam": 1, "model.eta": None, "model.hidden_size": 50}
+import ml_collections
 
-# key -> (label, dotted-field overrides of the variant's config), in Table 1's order.
-MODELS = {
-    "rum_lam1": ("RUM λ=1 η=N/A", _RUM),
-    "rum_lam1_eta1": ("RUM λ=1 η=1.0", {**_RUM, "model.eta": 1.0}),
-    "rum_lam0": ("RUM λ=0 η=N/A", {**_RUM, "model.lam": 0}),
-    "lstm": ("LSTM", {"model.cell": "lstm", "model.hidden_size": 50}),
-    "gru": ("GRU", {"model.cell": "gru", "model.hidden_size": 50}),
-    "goru": ("GORU", {"model.cell": "goru", "model.hidden_size": 50}),
-    "eurnn": ("EURNN", {"model.cell": "eurnn", "model.hidden_size": 50}),
-    "fwln": ("FW-LN", {"model.cell": "fwln", "model.hidden_size": 50}),
+from tasks import common
+
+NAME = "recall"
+
+# The paper's variants: T characters (T/2 letter-digit pairs), 100k steps, dev every 1,000
+# steps on the whole dev set.
+VARIANTS = {
+    "T30": dict(length=30),
+    "T50": dict(length=50),
 }
-
-# Table 1: test accuracy (%) at T = 30 and T = 50, and the parameter count.
-TABLE1 = {
-    "gru": (21.5, 17.6, "14k"),
-    "goru": (21.8, 18.9, "13k"),
-    "eurnn": (24.5, 18.5, "4k"),
-    "lstm": (25.6, 20.5, "17k"),
-    "fwln": (100.0, 20.8, "9k"),
-    "rum_lam0": (25.0, 18.5, "13k"),
-    "rum_lam1_eta1": (100.0, 83.7, "13k"),
-    "rum_lam1": (100.0, 100.0, "13k"),
-}
-LENGTHS = (30, 50)
-
-# --tiny: checks the plumbing in seconds, not the paper.
-TINY = {"model.hidden_size": 8, "batch_size": 8, "length": 6, "num_train": 64,
-        "num_dev": 16, "num_test": 16}
-
-COLUMNS = (
-    experiments.Column("params (paper)", experiments.paper("params")),
-    experiments.Column("test acc. (%)", experiments.metric("test_accuracy", 100.0)),
-    experiments.Column("paper acc. (%)", experiments.paper("test_accuracy_pct")),
-)
+PAPER = dict(num_steps=100_000, eval_every=1000, checkpoint_every=5000)
+# The small set-up is T30 with few steps: 1,000 steps, dev on its first 20 batches (2-4
+# minutes on a shared 2-core CPU, ~22% dev accuracy against chance 10%: far from solving
+# the task, which takes tens of thousands of steps).
+SMALL = dict(length=30, num_steps=1000, eval_every=250, checkpoint_every=500)
+SMALL_DEV_BATCHES = 20
 
 
-def plot(summary: dict, exp_dir: str) -> str:
-  """Table 1 as bars (ours vs the paper), the training losses and the dev accuracy
-  measured during training, in ``<exp_dir>/<experiment>.png``."""
-  curves = experiments.metric_curves(exp_dir, summary, ("train_loss", "eval_accuracy"))
-  models = summary["models"].values()
-  return plotting.save_recall(
-      [f"{r['label']}\n({r['num_params']} params)" for r in models],
-      [experiments.metric("test_accuracy", 100.0)(r) for r in models],
-      [experiments.paper("test_accuracy_pct")(r) for r in models],
-      {k: v["train_loss"] for k, v in curves.items()},
-      f"{exp_dir}/{summary['experiment']}.png",
-      title=f"associative recall {summary['variant']}: ours vs Table 1",
-      accuracy_curves={k: v["eval_accuracy"] for k, v in curves.items()})
-
-
-def experiment(length: int) -> experiments.Experiment:
-  """``recall_T<length>``: the models of Table 1 at ``T = length``."""
-  column = LENGTHS.index(length)
-  return experiments.Experiment(
-      name=f"recall_T{length}", task=recall_task, variant=f"T{length}", models=MODELS,
-      tiny=TINY, paper={k: {"test_accuracy_pct": v[column], "params": v[2]}
-                        for k, v in TABLE1.items()},
-      paper_source="Table 1", columns=COLUMNS, plot=plot,
-      hooks=angles.recorder_hooks, figures=plotting.rum_figures)
-
-
-EXPERIMENTS = {f"recall_T{t}": experiment(t) for t in LENGTHS}
+def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The recall config: ``T30`` with few steps (``None``) or a paper variant: hidden 50,
+  batch 128, RMSProp lr 1e-3, RUM ``lam=1``, ``eta=None``."""
+  common.check_variant(NAME, variant, VARIANTS)
+  c = common.base_config(NAME, variant)
+  c.model = common.cell_model_config("classifier", cell="rum", lam=1, hidden_size=50)
+  c.optimizer = "rmsprop"
+  c.learning_rate = 1e-3
+  c.rmsprop_decay = 0.9
+  c.batch_size = 128
+  c.length = 0              # T: the characters before "??" and the query (even, <= 52)
+  c.num_train = 100_000     # examples per split, generated once from fixed seeds
+  c.num_dev = 10_000
+  c.num_test = 20_000
+  c.update(SMALL if variant is None else {**PAPER, **VARIANTS[variant]})
+  # Dev every eval_every steps and at the end (its first 20 batches in the small
+  # setting), the whole test set at the end.
+  during = SMALL_DEV_BATCHES if variant is None else 0
+  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), during)
+  c.evals.test = common.eval_entry("test", 0)
+  return c
