@@ -17,10 +17,10 @@ hypothesis encoder's attention (``lstmn`` only).
 import sys
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags
 
+import launch
 import tasks
-from rumjax import utils
 from rumjax.analysis import landscape
 from rumjax.plotting import attention as plotting_attention
 from rumjax.models import text_classifier
@@ -73,12 +73,5 @@ def run(values) -> str:
   return path
 
 
-def main(argv):
-  del argv
-  logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  run(flags.FLAGS)
-
-
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  launch.run_cli(define_flags, run)

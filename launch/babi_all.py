@@ -10,7 +10,8 @@ r"""Trains one bAbI model per sub-task with early stopping on dev; prints Table 
         --tasks=1,2,6 --budget_minutes=5
 
 For each sub-task ``k`` of ``--tasks`` the generic loop trains once in ``<workdir>/qa<k>``
-(``tasks/babi.py``; the set-up and the paper's numbers are in ``tasks/experiments/babi.py``).
+(``tasks/babi.py``, its config ``tasks/configs/babi.py``; the set-up and the paper's numbers
+are in ``tasks/experiments/babi.py``).
 Early stopping ("train until convergence on the dev set", sec. 4.2): dev and test are
 evaluated every ``--eval_every`` steps (default one epoch); when the dev accuracy improves
 the checkpoint is kept in ``<workdir>/qa<k>/best/checkpoints/<step>`` (usable as

@@ -117,7 +117,8 @@ flags.DEFINE_list("beam_sizes", ["4"], "Beam sizes timed against greedy search."
 flags.DEFINE_list("decode_cells", ["gru", "rum0", "rum1"],
                   "Decoder cells: gru (flax GRUCell), rum0, rum1 (RUMCell lam 0/1).")
 flags.DEFINE_list("lm", ["fs_rum2", "fs_lstm2", "rum1000", "lstm1000"],
-                  "Language-model candidates: tasks.ptb variants or flax_lstm1000.")
+                  "Language-model candidates: ptb variants (tasks/configs/ptb.py) or "
+                  "flax_lstm1000.")
 flags.DEFINE_string("lm_shape", "128x150", "Language-model shape BxT: batch, window length.")
 flags.DEFINE_float("lm_scale", 1.0, "Divide the language models' hidden sizes by this.")
 flags.DEFINE_list("encoders", ["starsaber", "transformer", "rezero"],
@@ -190,7 +191,7 @@ def run_encoders(results):
 def run_lm(results):
   """The language-model table at ``--lm_shape``."""
   shape = lm.parse_lm_shape(FLAGS.lm_shape, FLAGS.lm_scale)
-  rows = lm.run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats, ptb.default_config,
+  rows = lm.run_lm(FLAGS.lm, shape, FLAGS.lm_scale, FLAGS.repeats, ptb.TASK.get_config,
                    ptb.build_core, FLAGS.dtype)
   results["lm"] = {"B_T": shape, "vocab": lm.LM_VOCAB, "scale": FLAGS.lm_scale,
                    "candidates": rows}

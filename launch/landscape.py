@@ -17,8 +17,9 @@ rotation weights only (:mod:`rumjax.analysis.landscape`: RUM's ``W^tau_xh``, ``W
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 
+import launch
 import tasks
 from rumjax import utils
 from rumjax.analysis import landscape
@@ -63,12 +64,5 @@ def run(values) -> dict:
   return results
 
 
-def main(argv):
-  del argv
-  logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  run(flags.FLAGS)
-
-
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  launch.run_cli(define_flags, run)

@@ -9,9 +9,10 @@ The config is the run's ``<workdir>/config.json`` (``--config.FIELD=VALUE`` over
 the task must have a ``submission(config, rows)`` function (the CLUE tasks: ``{"id": ...,
 "label": ...}`` per line, the format of www.cluebenchmark.com; the summarization tasks:
 ``{"split", "index", "decoded", "reference", "article"}``). ``--pred`` names the task's
-predict function (default: the task's ``SUBMISSION_PRED``, else ``"predict"``; the
-summarization tasks have ``"beam"`` and ``"greedy"``). Prints the step, the number of rows
-written and the rows per second (after the first batch, which includes compilation).
+predict function (default: the task's ``submission_pred``, ``"predict"`` unless the task
+sets it; the summarization tasks have ``"beam"``, their default, and ``"greedy"``). Prints
+the step, the number of rows written and the rows per second (after the first batch, which
+includes compilation).
 """
 
 import json
@@ -27,7 +28,7 @@ from rumjax import utils
 flags.DEFINE_string("output", None, "The jsonl file to write.", required=True)
 flags.DEFINE_string("split", "test", "The split to predict.")
 flags.DEFINE_string("pred", None, "The task's predict function (default: the task's "
-                    "SUBMISSION_PRED, else 'predict').")
+                    "submission_pred, e.g. 'beam' for summarization, else 'predict').")
 FLAGS = flags.FLAGS
 
 

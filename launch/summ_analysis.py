@@ -18,8 +18,9 @@ dimension). Writes the four panels as ``summ_figure6.png`` and every number as
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 
+import launch
 import tasks
 from rumjax import utils
 from rumjax.plotting import summarization as plotting_summ
@@ -86,13 +87,5 @@ def run(values) -> dict:
   return results
 
 
-def main(argv):
-  """Figure 6 of the RUM paper from the command line (module docstring)."""
-  del argv
-  logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  run(flags.FLAGS)
-
-
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  launch.run_cli(define_flags, run)

@@ -37,7 +37,11 @@ from ml_collections import config_flags
 import tasks
 from rumjax import configs, utils
 
-flags.DEFINE_string("task", "copying", f"Task to train: one of {tasks.task_names()}.")
+flags.DEFINE_string("task", "copying", f"Task to train: one of {tasks.task_names()}, or "
+                    "one registered by --imports.")
+flags.DEFINE_string("imports", None, "Comma-separated modules imported first: your own "
+                    "tasks, cells, models and evaluators register themselves on import "
+                    "(e.g. --imports=my_project.tasks; WORKSPACE.md, 'Adding a task').")
 flags.DEFINE_string("variant", None, "Named variant of the task's config (e.g. T200 for "
                     "copying, T50 for recall); default: the task's small CPU setting.")
 flags.DEFINE_string("cell", None, "Recurrent cell by name (e.g. rum, gru, lstm); "
@@ -72,6 +76,7 @@ def define_config_flag(argv) -> None:
   line if the task, the variant or a ``--config.FIELD`` is unknown."""
   name = configs.argv_value(argv, "task", "copying")
   try:
+    tasks.import_modules(configs.argv_value(argv, "imports"))
     task = tasks.get_task(name)
     config = task.get_config(configs.argv_value(argv, "variant"))
     configs.check_fields(config, configs.override_paths(argv))

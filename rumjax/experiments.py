@@ -1,7 +1,7 @@
 r"""Experiment runner: a paper's set of models, each trained in ONE loop invocation.
 
 An :class:`Experiment` is data (defined next to the tasks, e.g. ``tasks/experiments/recall.py``):
-a task module, a config variant, the models as dotted-field overrides, the paper's numbers
+a task (``tasks.base.Task``), a config variant, the models as dotted-field overrides, the paper's numbers
 and how to report them. Nothing here knows a task by name.
 
 Per model the generic loop (:func:`rumjax.training.train_and_evaluate`) is entered once and
@@ -147,7 +147,7 @@ class Experiment:
 
   Attributes:
     name: the experiment's name and folder, e.g. ``"recall_T30"``.
-    task: the task module (``tasks.recall``).
+    task: the task (``tasks.recall.TASK``).
     variant: the config variant, ``task.get_config(variant)``.
     models: ``{key: (label, {dotted field: value})}`` in table order, e.g.
       ``{"gru": ("GRU", {"model.cell": "gru", "model.hidden_size": 50})}``.
@@ -395,7 +395,7 @@ def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
   Args:
     config: the task config.
     workdir: the loop's workdir (resumed if it has checkpoints).
-    task: the task module.
+    task: the task.
     hooks: the loop's hooks.
     info: entries for the record, e.g. ``{"model": "gru", "label": "GRU"}``.
     invocation: entries for this invocation's entry, e.g. ``{"budget_minutes": 3}``.

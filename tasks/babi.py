@@ -34,7 +34,9 @@ Training (the papers): batch 32, Adam lr 1e-3, no other regularisation, 64-dim e
 hidden 256, RUM ``lam=0`` (word level) or ``lam`` 0/1 (sentence level), ``eta=None``; "train
 until convergence on the dev set": ``launch/babi_all.py`` does early stopping on the dev
 accuracy and keeps the best checkpoint. ``num_steps`` defaults to 20 epochs (appendix C).
-Metrics: ``eval_accuracy`` on ``dev`` during training, ``test_accuracy`` at the end.
+Metrics: ``eval_accuracy`` on ``dev`` during training, ``test_accuracy`` at the end. The
+config is :mod:`tasks.configs.babi` (variants ``word``, the default, ``sentence`` and
+``sentence_attention``).
 
 Data gap here: ``../shared/data/babi/en-10k`` lacks ``qa3_three-supporting-facts_train.txt``
 (see its README); en-10k task 3 then fails with an error naming that file.
@@ -42,81 +44,29 @@ Data gap here: ``../shared/data/babi/en-10k`` lacks ``qa3_three-supporting-facts
 
 import dataclasses
 import functools
-import math
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
-import ml_collections
 import numpy as np
 
 from rumjax import metrics, models
 from tasks import common
+from tasks.base import Task
+from tasks.configs import babi as config_lib
 from tasks.data import ShuffledBatches, bucket_length, eval_batches
 from tasks.text import tokenizers
 
-NAME = "babi"
-VARIANTS = ("word", "sentence", "sentence_attention")
+NAME = config_lib.NAME
 EVAL_SPLITS = ("dev", "test")
 SPLITS = ("train", "dev", "test")
-LEVELS = ("word", "sentence")
-MODEL_OF_LEVEL = {"word": "classifier", "sentence": "sentence_qa"}
-DATA_VERSIONS = ("en-10k", "en")
-NUM_TASKS = 20
+LEVELS = tuple(config_lib.MODEL_OF_LEVEL)
+DATA_VERSIONS = tuple(config_lib.PAPER_TRAIN_QUESTIONS)     # "en-10k", "en"
+NUM_TASKS = config_lib.NUM_TASKS
 PAD = "<pad>"
-PAPER_TRAIN_QUESTIONS = {"en-10k": 9000, "en": 900}
-
-
-def default_manual_dir() -> str:
-  """``../shared/data/babi`` relative to the repository root if it exists, else ``""``."""
-  return common.shared_data_dir("babi")
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The bAbI config of the papers: ``"word"`` (default), ``"sentence"`` or
-  ``"sentence_attention"``; sub-task ``babi_task=1`` of en-10k.
-
-  Fields beyond the common ones: ``babi_task`` (1..20), ``version`` ("en-10k"|"en"),
-  ``level`` ("word"|"sentence": the model ``classifier`` or ``sentence_qa``, whose
-  ``model.attention`` switches the attention on), ``model.embed_dim`` (64),
-  ``manual_dir`` (the raw files; "" = download), ``data_dir`` (where TFDS keeps the
-  prepared data; "" = the TFDS default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``),
-  ``bucket_lengths`` (pad batches to power-of-two lengths).
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown babi variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for the word level).")
-  c = common.base_config(NAME, variant)
-  c.babi_task = 1
-  c.version = "en-10k"
-  c.level = "sentence" if variant in ("sentence", "sentence_attention") else "word"
-  c.manual_dir = default_manual_dir()
-  c.data_dir = ""
-  c.bucket_lengths = True
-  if c.level == "word":
-    c.model = common.cell_model_config("classifier", cell="rum", hidden_size=256, lam=0,
-                                       embed_dim=64)
-  else:
-    c.model = common.cell_model_config("sentence_qa", cell="rum", hidden_size=256, lam=0,
-                                       embed_dim=64,
-                                       attention=variant == "sentence_attention")
-  c.optimizer = "adam"
-  c.learning_rate = 1e-3
-  c.batch_size = 32
-  epoch = math.ceil(PAPER_TRAIN_QUESTIONS["en-10k"] / c.batch_size)  # 282 steps
-  c.num_steps = 20 * epoch
-  c.eval_every = epoch
-  c.checkpoint_every = epoch
-  # Whole splits: dev every epoch and at the end, test at the end (also per sub-task).
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"))
-  c.evals.test = common.eval_entry("test", 0)
-  c.evals.test_subtask = common.eval_entry(
-      "test", 0, type="grouped_accuracy", group_key="subtask", num_groups=NUM_TASKS + 1,
-      name_format="qa{}")
-  return c
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
+  common.check_task(config, NAME, config_lib.VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   common.validate_cell_model(config.model)
   task = config["babi_task"]
@@ -130,11 +80,11 @@ def validate_config(config: Mapping[str, Any]) -> None:
   if not isinstance(config["bucket_lengths"], bool):
     raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
                      "False.")
-  expected = MODEL_OF_LEVEL[config["level"]]
+  expected = config_lib.MODEL_OF_LEVEL[config["level"]]
   if config.model.name != expected:
     raise ValueError(f"config.level={config['level']!r} needs config.model.name="
                      f"{expected!r} (got {config.model.name!r}); the variants "
-                     f"{list(VARIANTS)} set both.")
+                     f"{list(config_lib.VARIANTS)} set both.")
   if config.model.name == "sentence_qa" and not isinstance(config.model.attention, bool):
     raise ValueError(f"config.model.attention={config.model.attention!r} must be True or "
                      "False.")
@@ -336,3 +286,9 @@ def to_text(config, batch, row: int = 0) -> str:
     text = " | ".join(words(s) for s in batch["story"][row][:n])
     text += " || " + words(batch["question"][row])
   return f"{text} -> {answer}"
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=tuple(config_lib.VARIANTS),
+            eval_splits=EVAL_SPLITS, to_text=to_text)

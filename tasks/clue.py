@@ -1,19 +1,22 @@
-"""What the CLUE tasks of the StarSaber paper share (``afqmc``, ``tnews``, ``cmnli``; each
-is a thin module binding these functions to its name).
+"""The CLUE tasks of the StarSaber paper: three :class:`tasks.base.Task` objects
+(``AFQMC``, ``TNEWS``, ``CMNLI``, registered as ``afqmc``, ``tnews``, ``cmnli``) over the
+functions of this module; what differs between them is a :class:`Spec` looked up by name
+in :data:`SPECS`, the config is :mod:`tasks.configs.clue`.
 
 Set-up of "Transforming Recurrent Neural Networks with Attention and Fixed-point
 Equations" (ICLR 2021 submission, §4):
 
 * Text: characters (:func:`tasks.text.tokenizers.characters`, whitespace dropped); the
   vocabulary is every character of the task's train, dev and test inputs (the splits
-  present), plus ``<pad>`` (id 0), ``<unk>`` (1) and the pair separator ``<sep>`` (2). A pair task (AFQMC, CMNLI) reads ``sentence1 <sep>
-  sentence2`` as one sequence ("we concatenate the two input sentences with a
-  seperation"); TNEWS reads the title alone (keywords not used). Sequences longer than
-  ``max_length`` are cut, the longer sentence of a pair first (the paper gives no length).
-* ``objective="classify"`` (default): a batch is ``{"inputs": <int32>[B, T], "lengths":
-  <int32>[B], "targets": <int32>[B] (-1 on unlabelled test rows), "index", "id",
-  "mask"}``, padded to the power-of-two bucket of its longest row. The loss is the
-  multi-class hinge loss (:func:`rumjax.metrics.multi_margin_loss`, "Hinge Loss in
+  present), plus ``<pad>`` (id 0), ``<unk>`` (1) and the pair separator ``<sep>`` (2). A
+  pair task (``Spec.pair``: AFQMC, CMNLI) reads ``sentence1 <sep> sentence2`` as one
+  sequence ("we concatenate the two input sentences with a seperation"); TNEWS reads the
+  title alone (keywords not used). Sequences longer than ``max_length`` are cut, the
+  longer sentence of a pair first (the paper gives no length).
+* ``objective`` (:data:`OBJECTIVES`) ``"classify"`` (default): a batch is ``{"inputs":
+  <int32>[B, T], "lengths": <int32>[B], "targets": <int32>[B] (-1 on unlabelled test
+  rows), "index", "id", "mask"}``, padded to the power-of-two bucket of its longest row.
+  The loss is the multi-class hinge loss (:func:`rumjax.metrics.multi_margin_loss`, "Hinge Loss in
   training"); metrics ``loss``, ``accuracy`` and, for two classes, ``precision`` and
   ``recall`` of class 1 (AFQMC's paper models mostly predict 0: dev is 69.0% label 0).
   Adam 1e-4 ("1e-4 in fine-tuning"), seed 10, early stopping on dev accuracy.
@@ -35,98 +38,70 @@ Equations" (ICLR 2021 submission, §4):
   ``rezero``, ``bilstm``. Default size (CPU-scaled): 4 layers, hidden 256; the paper's
   Table 1 sizes are in :mod:`tasks.experiments.clue`.
 * Word2Vec group: ``word_vectors`` (a word2vec/GloVe text file of characters) starts the
-  embedding from it and ``model.freeze_embeddings`` keeps it fixed. No vector file is
-  available here.
+  embedding from it (:func:`tasks.text.embeddings.embedding_init`) and
+  ``model.freeze_embeddings`` keeps it fixed. No vector file is available here.
 * Test labels are private (CLUE's leaderboard): :func:`submission` turns predictions of
   the ``test`` split into the benchmark's jsonl rows (``launch.predict``).
 """
 
+import dataclasses
 import functools
-import math
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
-from ml_collections import config_dict
 
 from rumjax import metrics
-from tasks.text import embeddings
-from rumjax.models import encoders, text_classifier
+from rumjax.models import build_model as build_registered_model
+from rumjax.models import encoders
+from rumjax.registry import Registry
 from tasks import common
+from tasks.base import Task
+from tasks.configs import clue as config_lib
 from tasks.data import ShuffledBatches, bucket_length, eval_batches
 from tasks.data.mlm import mask_tokens
-from tasks.text import tokenizers
+from tasks.text import embeddings, tokenizers
 from tasks.text.vocabulary import Vocabulary
 
-TASKS = ("afqmc", "tnews", "cmnli")
-VARIANTS = ("mlm",)
-OBJECTIVES = ("classify", "mlm")
+VARIANTS = tuple(config_lib.VARIANTS)
 EVAL_SPLITS = ("dev", "test")
-NUM_CLASSES = {"afqmc": 2, "tnews": 15, "cmnli": 3}
-PAIR_TASKS = ("afqmc", "cmnli")
 PAD, UNK, SEP = "<pad>", "<unk>", "<sep>"
 MIN_BUCKET = 16
 _BUILDER_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 
 
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """What one CLUE task is.
+
+  Attributes:
+    num_classes: the labels (the classifier's outputs).
+    pair: the input is ``sentence1 <sep> sentence2`` (else ``sentence1`` alone).
+    label_desc: the submission rows carry ``label_desc`` besides ``label``.
+  """
+  num_classes: int
+  pair: bool
+  label_desc: bool = False
+
+
+SPECS = Registry("CLUE task")
+SPECS.register("afqmc", Spec(num_classes=2, pair=True))
+SPECS.register("tnews", Spec(num_classes=15, pair=False, label_desc=True))
+SPECS.register("cmnli", Spec(num_classes=3, pair=True))
+
+
 # --------------------------------------------------------------------------- config
 
 
-def default_config(task: str, variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The config of CLUE ``task``: fine-tuning (``variant`` None) or MLM pretraining
-  (``"mlm"``), at the CPU-scaled size (4 layers, hidden 256, StarSaber).
-
-  Fields beyond the common ones: ``objective`` ("classify" | "mlm"), ``manual_dir`` (the
-  task's json files; default ``../shared/data/clue/<task>``), ``data_dir`` (prepared TFDS
-  data), ``max_length``, ``mask_prob``, ``word_vectors``, ``bucket_lengths``,
-  ``eval_batch_size``. ``num_steps`` is 10 epochs, ``eval_every`` one epoch.
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown {task} variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for fine-tuning).")
-  c = common.base_config(task, variant)
-  c.objective = "mlm" if variant == "mlm" else "classify"
-  c.manual_dir = common.shared_data_dir(f"clue/{task}")
-  c.data_dir = ""
-  c.max_length = 128
-  c.mask_prob = 0.3
-  c.word_vectors = ""
-  c.bucket_lengths = True
-  c.model = ml_collections.ConfigDict(dict(
-      name="starsaber", num_layers=4, hidden_size=256, embed_dim=256, num_heads=8,
-      ffn_size=config_dict.placeholder(int), dropout_rate=0.1, freeze_embeddings=False))
-  common.add_precision(c.model)
-  c.model.objective = c.get_ref("objective")  # one value: setting either sets both
-  c.optimizer = "adam"
-  c.learning_rate = 1e-3 if c.objective == "mlm" else 1e-4
-  c.seed = 10
-  c.batch_size = 32
-  c.eval_batch_size = 128
-  # Steps of one epoch over the paper's training counts (the pretraining corpus is train
-  # + dev + test): recomputed from the data by the launcher's --steps if needed.
-  sizes = {"afqmc": (34_334, 42_511), "tnews": (53_360, 63_360), "cmnli": (391_782, 418_088)}
-  epoch = math.ceil(sizes[task][c.objective == "mlm"] / c.batch_size)
-  c.num_steps = 10 * epoch
-  c.eval_every = c.checkpoint_every = epoch
-  c.log_every = 100
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"),
-                                   batch_size=c.get_ref("eval_batch_size"))
-  if c.objective == "classify":
-    c.early_stopping_metric = "eval_accuracy"
-    c.early_stopping_patience = 3
-  return c
-
-
-def validate_config(config: Mapping[str, Any]) -> None:
-  """Raises ``ValueError`` naming the first bad field (and missing data files)."""
-  task = config["task"]
+def validate_config(task: str, config: Mapping[str, Any]) -> None:
+  """Raises ``ValueError`` naming the first bad field of CLUE ``task``'s config (and
+  missing data files)."""
   common.check_task(config, task, VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   if config["objective"] not in OBJECTIVES:
     raise ValueError(f"config.objective={config['objective']!r} must be one of "
-                     f"{list(OBJECTIVES)}.")
+                     f"{OBJECTIVES.names()}.")
   encoders.check_model_config(config.model)
   common.check_int(config, "max_length", 3)
   common.check_int(config, "eval_batch_size", 1)
@@ -140,11 +115,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
       raise ValueError(f"config.evals.{name}.split='test': CLUE's test labels are "
                        "private; evaluate on 'dev' and write test predictions with "
                        "launch.predict.")
-  if not isinstance(config["word_vectors"], str):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
-  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
-                     "word2vec/GloVe text file or '' (embeddings trained from scratch).")
+  embeddings.check_word_vectors(config, "word2vec/GloVe text file")
   common.check_data_folders(config, f"the CLUE {task} files train.json, dev.json, test.json")
 
 
@@ -169,7 +140,7 @@ def join_pair(first: list, second: Optional[list], sep_id: int, max_length: int)
 
 
 def _split_inputs(examples: list, task: str):
-  second = task in PAIR_TASKS
+  second = SPECS.get(task).pair
   return [(tokenize(ex["sentence1"]), tokenize(ex["sentence2"]) if second else None)
           for ex in examples]
 
@@ -267,7 +238,10 @@ def _mlm_maker(config, arrays: Mapping[str, np.ndarray], vocab: Vocabulary, seed
   return make
 
 
-def _classify_maker(config, arrays: Mapping[str, np.ndarray]):
+def _classify_maker(config, arrays: Mapping[str, np.ndarray], vocab: Vocabulary,
+                    seed: int):
+  """``idx -> batch`` of the labelled rows (``vocab`` and ``seed`` unused: no masking)."""
+  del vocab, seed
 
   def make(idx):
     batch = {k: v[idx] for k, v in arrays.items()}
@@ -276,21 +250,38 @@ def _classify_maker(config, arrays: Mapping[str, np.ndarray]):
   return make
 
 
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """What ``config.objective`` trains on and how its batches are made.
+
+  Attributes:
+    train_arrays: ``Data -> arrays`` trained on (the training split, or the MLM corpus).
+    maker: ``(config, arrays, vocab, seed) -> make(idx[, epochs]) -> batch``.
+    new_mask_per_epoch: ``make`` takes the rows' epochs (a new mask every epoch).
+  """
+  train_arrays: Callable[["Data"], dict]
+  maker: Callable[..., Callable]
+  new_mask_per_epoch: bool
+
+
+OBJECTIVES = Registry("objective")
+OBJECTIVES.register("classify", Objective(lambda d: d.splits["train"], _classify_maker,
+                                          new_mask_per_epoch=False))
+OBJECTIVES.register("mlm", Objective(lambda d: d.corpus(), _mlm_maker,
+                                     new_mask_per_epoch=True))
+
+
 def train_data(config, *, process_index: int = 0,
                process_count: int = 1) -> ShuffledBatches:
   """Endless shuffled batches (of the training examples, or of the MLM corpus with a new
   mask per example and epoch); deterministic in ``(seed, step)`` and resumable."""
-  d = data(config)
-  if config.objective == "mlm":
-    corpus = d.corpus()
-    return ShuffledBatches(len(corpus["lengths"]), _mlm_maker(config, corpus, d.vocab,
-                                                                config.seed),
-                           seed=config.seed, batch_size=config.batch_size,
-                           process_index=process_index, process_count=process_count,
-                           pass_epochs=True)
-  return ShuffledBatches(d.size("train"), _classify_maker(config, d.splits["train"]),
+  d, objective = data(config), OBJECTIVES.get(config.objective)
+  arrays = objective.train_arrays(d)
+  return ShuffledBatches(len(arrays["lengths"]),
+                         objective.maker(config, arrays, d.vocab, config.seed),
                          seed=config.seed, batch_size=config.batch_size,
-                         process_index=process_index, process_count=process_count)
+                         process_index=process_index, process_count=process_count,
+                         pass_epochs=objective.new_mask_per_epoch)
 
 
 def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
@@ -304,9 +295,8 @@ def eval_data(config, split: str, *, process_index: int = 0, process_count: int 
     raise ValueError(f"the {config.task} data has no {split} split (no "
                      f"{'dev' if split == 'dev' else 'test'}.json in "
                      f"{config.manual_dir or 'the download'}).")
-  arrays = d.splits[split]
-  make = (_mlm_maker(config, arrays, d.vocab, config.seed + 1) if config.objective == "mlm"
-          else _classify_maker(config, arrays))
+  make = OBJECTIVES.get(config.objective).maker(config, d.splits[split], d.vocab,
+                                                config.seed + 1)
   return eval_batches(d.size(split), make, batch_size=config.batch_size,
                       process_index=process_index, process_count=process_count)
 
@@ -323,24 +313,14 @@ def to_text(config, batch, row: int = 0) -> str:
 # ---------------------------------------------------------------------------- model
 
 
-@functools.lru_cache(maxsize=2)
-def _vectors(path, task, manual_dir, data_dir, max_length, dim, seed):
-  tokens = _data(task, manual_dir, data_dir, max_length).vocab.tokens
-  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
-
-
 def build_model(config):
   """The encoder model ``config.model.name`` (:mod:`rumjax.models.encoders`) over the
   task's vocabulary; with ``word_vectors`` the embedding starts from them."""
-  init = None
-  if config.word_vectors:
-    init = text_classifier.pretrained_init(lambda: _vectors(
-        os.path.expanduser(config.word_vectors), config.task, config.manual_dir,
-        config.data_dir, config.max_length, config.model.embed_dim, config.seed)[0])
+  vocab = data(config).vocab
+  init = embeddings.embedding_init(config, vocab)
   kwargs = {"embedding_init": init} if init is not None else {}
-  from rumjax.models import build_model as build
-  return build(config.model, vocab_size=len(data(config).vocab),
-               num_classes=NUM_CLASSES[config.task], **kwargs)
+  return build_registered_model(config.model, vocab_size=len(vocab),
+                                num_classes=SPECS.get(config.task).num_classes, **kwargs)
 
 
 def loss_and_metrics(outputs, batch):
@@ -391,13 +371,30 @@ def submission(config, rows) -> list[dict]:
     raise ValueError("a submission needs a classifier (config.objective='classify'); this "
                      "is a pretraining run.")
   names = clue_data.label_names(config.task, config.manual_dir or None)
+  label_desc = SPECS.get(config.task).label_desc
   out = []
   for batch, logits in rows:
     pred = np.argmax(np.asarray(logits), axis=-1)
     for i in np.flatnonzero(np.asarray(batch["mask"]) > 0):
       code, desc = names[int(pred[i])]
       row = {"id": int(batch["id"][i]), "label": code}
-      if config.task == "tnews":
+      if label_desc:
         row["label_desc"] = desc
       out.append(row)
   return out
+
+
+def _task(name: str) -> Task:
+  """The Task of CLUE ``name`` (a name of :data:`SPECS`): this module's functions with the
+  config and the config check of ``name``."""
+  return Task(name=name, get_config=functools.partial(config_lib.get_config, name),
+              validate_config=functools.partial(validate_config, name),
+              train_data=train_data, eval_data=eval_data, build_model=build_model,
+              loss_and_metrics=loss_and_metrics, variants=VARIANTS,
+              eval_splits=EVAL_SPLITS, submission=submission, tokenize=tokenize,
+              to_text=to_text)
+
+
+AFQMC = _task("afqmc")    # question matching: 2 classes, pairs
+TNEWS = _task("tnews")    # news titles: 15 categories
+CMNLI = _task("cmnli")    # NLI: 3 classes, pairs

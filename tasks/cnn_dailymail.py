@@ -13,7 +13,7 @@ only evaluated. Builder options: ``allow_missing_stories`` and ``malformed_stori
 (``"error"``, ``"skip"``, ``"keep"``: kept stories with no article train on an empty
 source, which the model and loss handle).
 
-The configuration is the paper's (:func:`tasks.summarization.add_common_fields`): hidden
+The configuration is the paper's (:mod:`tasks.configs.cnn_dailymail`): hidden
 256, embedding 128, vocabulary 50k, 400/100 encoder/decoder steps, Adagrad 0.15
 (accumulator 0.1), batch 16, clip 2.0, beam 4 with ``min_dec_steps`` 35 and 120 decoding
 steps; variants ``lead``, ``encrum``, ``decrum``, ``allrum``. Coverage: continue a run with
@@ -25,43 +25,26 @@ first ``rouge_batches`` dev batches, every ``rouge_every``; 0: at the end only),
 (ROUGE of beam search on test, at the end) and ``lead3`` (the LEAD-3 baseline on test).
 ROUGE-1/2/Lsum are F1 in percent (:mod:`rumjax.evaluators.rouge`, Google's
 ``rouge-score``, stemming on). ``launch.predict`` writes decoded and reference summaries
-side by side (:func:`submission`).
+side by side (:func:`tasks.summarization.submission`).
 """
 
 import csv
 import functools
 import os
-from typing import Optional
-
-import ml_collections
 
 from tasks import common
 from tasks import summarization as summ
+from tasks.configs import cnn_dailymail as config_lib
 from tasks.text import summaries as summaries_lib
 
-NAME = "cnn_dailymail"
-VARIANTS = summ.CONFIGURATIONS
-EVAL_SPLITS = ("dev", "test")
+NAME = config_lib.NAME
+EVAL_SPLITS = summ.EVAL_SPLITS
 BUILDER_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
-SUBMISSION_PRED = "beam"
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The paper's set-up (module docstring); ``variant`` one of :data:`VARIANTS`."""
-  c = summ.real_data_config(NAME, variant, VARIANTS)
-  c.manual_dir = common.shared_data_dir("cnn_dailymail")
-  c.train_csv = ""
-  c.allow_missing_stories = False
-  c.malformed_stories = "error"
-  c.num_steps = 230_000
-  return c
 
 
 def validate_config(config) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config, EVAL_SPLITS)
-  summ.validate_real_data_fields(config)
+  summ.validate_real_data_config(config, NAME)
   common.check_data_folders(config, "cnn_stories/ (or dailymail_stories/) and url_lists/")
   if config.train_csv and not os.path.isfile(os.path.expanduser(config.train_csv)):
     raise ValueError(f"config.train_csv={config.train_csv!r} is not a file; give a CSV with "
@@ -112,8 +95,7 @@ def _data(manual_dir, data_dir, train_csv, allow_missing, malformed, vocab_size,
   data = summ.encode(examples, vocab_size=vocab_size, max_enc_steps=max_enc,
                      max_dec_steps=max_dec)
   data.missing = {s: builder_lib.missing_split_message(builder, BUILDER_SPLITS[s]) +
-                  f" Or evaluate on dev: --config.evals.<name>.split=dev."
-                  for s in EVAL_SPLITS if s not in examples}
+                  summ.MISSING_SPLIT_HINT for s in EVAL_SPLITS if s not in examples}
   return data
 
 
@@ -124,6 +106,5 @@ def data(config) -> summ.Data:
                config.vocab_size, config.max_enc_steps, config.max_dec_steps)
 
 
-(train_data, eval_data, build_model, predict_fns, text_fns, submission,
- to_text) = summ.task_functions(data, NAME, EVAL_SPLITS)
-loss_and_metrics = summ.loss_and_metrics
+TASK = summ.make_task(name=NAME, get_config=config_lib.get_config,
+                      validate_config=validate_config, data=data)

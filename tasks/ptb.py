@@ -18,7 +18,8 @@ tests with 1) and the ``perplexity`` evaluator reports ``bpc = NLL / (tokens ln 
 ``ppl = exp(NLL / tokens)`` and ``tokens`` (the split's number of targets).
 
 Models (``config.model``, :class:`rumjax.models.lm.LanguageModel`): embedding (128 for
-characters, 150 for words) -> dropout -> core -> dropout -> softmax. ``model.core``:
+characters, 150 for words) -> dropout -> core -> dropout -> softmax. ``model.core``, a
+name in the registry :data:`CORES` (:func:`build_core`):
 
 * ``"cell"``: one registered cell (``model.cell``, ``model.hidden_size`` and its options);
 * ``"stacked"``: ``model.num_layers`` copies of that cell, one above the other;
@@ -35,168 +36,58 @@ dropout, 0.35 in Table 5); the ``zoneout`` fields are the probabilities of KEEPI
 PREVIOUS value of a unit (Krueger et al.; Table 5's "cell zoneout 0.5, hidden zoneout 0.1").
 The FS-RNN reference code writes the same as keep-probabilities of the new value (keep_c
 0.5, keep_h 0.9, dropout keep 0.65), and the TACL text mixes the two ("0.5/0.9/0.35").
+
+The config is :mod:`tasks.configs.ptb` (the paper's char variants ``fs_rum2``, ``fs_lstm2``,
+``rum1000``, ..., the word variants ``word_lstm300``, ``word_lstmn1``, ``word_lstmn3``;
+without a variant a small char-level setting).
 """
 
 import functools
 import math
 import os
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from rumjax import metrics, models
-from rumjax.cells import cell_from_config
-from rumjax.models import lm, precision
+from rumjax import metrics, models, registry
+from rumjax.cells import cell_from_config, fast_slow_from_config, stacked_from_config
+from rumjax.models import lm, lstmn, precision
 from tasks import common
 from tasks import data as data_lib
+from tasks.base import Task
+from tasks.configs import ptb as config_lib
 
-NAME = "ptb"
-CHAR_VARIANTS = ("fs_rum2", "fs_lstm2", "rum1000", "rum1000_tanh", "rum1400_nogate",
-                 "rum2000", "2xrum1500", "lstm1000", "fs_eurnn2", "fs_goru2")
-WORD_VARIANTS = ("word_lstm300", "word_lstmn1", "word_lstmn3")
-VARIANTS = CHAR_VARIANTS + WORD_VARIANTS
+NAME = config_lib.NAME
 EVAL_SPLITS = ("valid", "test")
 LEVELS = ("char", "word")
-CORES = ("cell", "stacked", "fast_slow", "lstmn")
-# Training-stream tokens (one end-of-line token per line), for epochs -> steps.
-TRAIN_TOKENS = {"char": 5_017_482, "word": 929_589}
+steps_per_epoch = config_lib.steps_per_epoch
+
+# ``model.core`` by name: ``model -> core`` (see the module docstring); ``model`` is the
+# ``config.model`` with its precision policy resolved to dtypes.
+CORES = registry.Registry("core")
+CORES.register("stacked", stacked_from_config)
+CORES.register("fast_slow", fast_slow_from_config)
 
 
-def default_manual_dir() -> str:
-  """``../shared/data/ptb`` relative to the repository root if it exists, else ``""``."""
-  return common.shared_data_dir("ptb")
+@CORES.register("cell")
+def cell_core(model: Mapping[str, Any]):
+  """One registered cell ``model.cell`` of size ``model.hidden_size`` with its options."""
+  return cell_from_config(model["cell"], model["hidden_size"], model)
 
 
-def steps_per_epoch(level: str, batch_size: int, seq_len: int) -> int:
-  """Training windows per epoch: ``((N - 1) // B) // T`` (see tasks/data/stream.py)."""
-  return ((TRAIN_TOKENS[level] - 1) // batch_size) // seq_len
-
-
-# ---------------------------------------------------------------------------- config
-
-
-def _rum(**fields) -> dict:
-  """A RUM core with layer norm and zoneout of h (Table 5), ``lam`` 0, ``eta`` 1.0."""
-  return {**dict(cell="rum", lam=0, eta=1.0, activation="relu", update_gate=True,
-                 layer_norm=True, zoneout=0.1), **fields}
-
-
-def _fast_slow(slow_cell: str, slow_size: int, **slow) -> ml_collections.ConfigDict:
-  """``config.model`` of an FS-RNN-2 (Table 5): fast LN-LSTM 700 x 2 with zoneout 0.1 (h)
-  and 0.5 (c), the slow cell's options prefixed ``slow_`` (see
-  :func:`rumjax.cells.fast_slow.fast_slow_from_config`)."""
-  m = ml_collections.ConfigDict(dict(
-      name="lm", core="fast_slow", embed_dim=128, dropout_rate=0.35, fast_cell="lnlstm",
-      fast_size=700, num_fast=2, fast_zoneout=0.1, fast_zoneout_c=0.5, slow_cell=slow_cell,
-      slow_size=slow_size))
-  common.add_precision(m)
-  m.update({f"slow_{k}": v for k, v in slow.items()})
-  return m
-
-
-def _model(variant: Optional[str]) -> ml_collections.ConfigDict:
-  """``config.model`` of a variant (Table 3 / Table 5 sizes)."""
-  fs = {
-      "fs_rum2": lambda: _fast_slow("rum", 1000, **{k: v for k, v in _rum().items()
-                                                    if k != "cell"}),
-      "fs_lstm2": lambda: _fast_slow("lnlstm", 400, zoneout=0.1, zoneout_c=0.5),
-      "fs_eurnn2": lambda: _fast_slow("eurnn", 2000),
-      "fs_goru2": lambda: _fast_slow("goru", 800),
-  }
-  if variant in fs:
-    return fs[variant]()
-  table = {
-      None: _rum(hidden_size=256),
-      "rum1000": _rum(hidden_size=1000),
-      "rum1000_tanh": _rum(hidden_size=1000, activation="tanh"),
-      "rum1400_nogate": _rum(hidden_size=1400, update_gate=False),
-      "rum2000": _rum(hidden_size=2000),
-      "2xrum1500": _rum(hidden_size=1500, eta=0.3, core="stacked", num_layers=2),
-      "lstm1000": dict(cell="lnlstm", hidden_size=1000, zoneout=0.1, zoneout_c=0.5),
-      "word_lstm300": dict(cell="lstm", hidden_size=300, embed_dim=150, dropout_rate=0.5,
-                           zoneout=0.0),
-      "word_lstmn1": dict(core="lstmn", cell="lstmn", hidden_size=300, num_layers=1,
-                          embed_dim=150, dropout_rate=0.5, zoneout=0.0),
-      "word_lstmn3": dict(core="lstmn", cell="lstmn", hidden_size=300, num_layers=3,
-                          embed_dim=150, dropout_rate=0.5, zoneout=0.0),
-  }
-  m = common.cell_model_config("lm", embed_dim=128, dropout_rate=0.35, core="cell",
-                               num_layers=1, zoneout_c=0.0)
-  m.update(table[variant])
-  return m
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The PTB config: a small char-level CPU setting (``None``) or a paper variant.
-
-  Char variants (Table 3 / Table 5): batch 128, windows of 150, Adam 0.002, global-norm
-  clip 1.0; FS variants follow Table 6 (180 epochs at 2e-3, 60 at 1e-4, 120 at 1e-5), the
-  others 100 epochs at 2e-3. Word variants (LSTMN paper §5.1, Table 1): ``word_lstm300``
-  (LSTM 300, the baseline), ``word_lstmn1`` / ``word_lstmn3`` (LSTMN 300, 1 / 3 layers),
-  embedding 150, output dropout 0.5 (ours: the paper gives none), batch 40, windows of 35,
-  SGD 0.65 with gradients renormalised above norm 5 for the loss summed over a window's 35
-  steps, i.e. ``learning_rate = 0.65 * seq_len`` and ``grad_clip = 5 / seq_len`` for our
-  per-token mean loss (the same updates), the rate multiplied by 0.85 after every epoch's
-  validation that does not improve the perplexity (``lr_plateau_*`` fields; "no
-  significant improvement" in the paper, read here as any increase or tie: set
-  ``lr_plateau_min_delta`` for a threshold).
-
-  The small default (not the paper's): RUM 256 (lam 0, eta 1.0, layer norm, zoneout),
-  batch 32, windows of 100, 2,000 steps; the evaluators read the first 50 windows of valid
-  during training and the whole valid and test streams at the end.
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown ptb variant {variant!r}; known variants are {list(VARIANTS)} "
-                     "(or None for the small char-level setting).")
-  c = common.base_config(NAME, variant)
-  c.level = "word" if variant in WORD_VARIANTS else "char"
-  c.manual_dir = default_manual_dir()
-  c.data_dir = ""
-  c.model = _model(variant)
-  c.optimizer = "adam"
-  c.learning_rate = 2e-3
-  c.grad_clip = 1.0
-  if variant is None:
-    c.batch_size, c.seq_len, c.num_steps = 32, 100, 2000
-    c.eval_every, c.checkpoint_every = 500, 500
-    during = 50
-  elif c.level == "char":
-    c.batch_size, c.seq_len = 128, 150
-    epoch = steps_per_epoch("char", c.batch_size, c.seq_len)
-    if variant.startswith("fs_"):
-      c.num_steps = 360 * epoch
-      c.lr_boundaries = [180 * epoch, 240 * epoch]
-      c.lr_values = [2e-3, 1e-4, 1e-5]
-    else:
-      c.num_steps = 100 * epoch
-    c.eval_every = c.checkpoint_every = epoch
-    during = 0
-  else:
-    c.batch_size, c.seq_len = 40, 35
-    # The paper's SGD rate 0.65 and clip norm 5 act on the gradient of the loss SUMMED over
-    # the window's time steps (and averaged over the batch), as in the Torch LM code of the
-    # time (Zaremba et al.); ours is the mean per token, 1/seq_len of that. The same
-    # updates: rate x seq_len, clip norm / seq_len (exact for SGD with clipping).
-    c.optimizer = "sgd"
-    c.learning_rate, c.grad_clip = 0.65 * c.seq_len, 5.0 / c.seq_len
-    c.lr_plateau_factor, c.lr_plateau_metric = 0.85, "eval_ppl"
-    epoch = steps_per_epoch("word", c.batch_size, c.seq_len)
-    c.num_steps = 40 * epoch
-    c.eval_every = c.checkpoint_every = epoch
-    during = 0
-  c.eval_batch_size = c.batch_size
-  c.evals.eval = common.eval_entry("valid", c.get_ref("eval_every"), during,
-                                   type="perplexity", batch_size=c.get_ref("eval_batch_size"))
-  c.evals.test = common.eval_entry("test", 0, type="perplexity",
-                                   batch_size=c.get_ref("eval_batch_size"))
-  return c
+@CORES.register("lstmn")
+def lstmn_core(model: Mapping[str, Any]) -> lstmn.LSTMNCore:
+  """``model.num_layers`` LSTMN layers of size ``model.hidden_size`` (Cheng et al. 2016,
+  sec. 5.1)."""
+  return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"],
+                         dtype=model.get("dtype"),
+                         param_dtype=model.get("param_dtype", jnp.float32))
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
+  common.check_task(config, NAME, config_lib.VARIANTS)
   common.validate_common(config, EVAL_SPLITS)
   model = config["model"]
   if config["level"] not in LEVELS:
@@ -204,7 +95,8 @@ def validate_config(config: Mapping[str, Any]) -> None:
   common.check_int(config, "seq_len", 1)
   common.check_int(config, "eval_batch_size", 1)
   if model["core"] not in CORES:
-    raise ValueError(f"config.model.core={model['core']!r} must be one of {list(CORES)}.")
+    raise ValueError("config.model.core: " + registry.unknown_name_message(
+        "core", model["core"], CORES.names()))
   if model["core"] in ("cell", "stacked"):
     common.validate_cell_model(model)
   if model["core"] != "fast_slow":
@@ -297,22 +189,10 @@ def to_text(config, ids) -> str:
 
 
 def build_core(model: Mapping[str, Any]):
-  """The recurrent core of ``config.model`` (see the module docstring, ``model.core``),
-  in the precision policy ``model.dtype``/``model.param_dtype`` (an FS-RNN's roles may
-  override it with ``fast_dtype``/``slow_dtype``)."""
-  model = precision.resolve(model)
-  if model["core"] == "stacked":
-    from rumjax.cells import stacked
-    return stacked.stacked_from_config(model)
-  if model["core"] == "fast_slow":
-    from rumjax.cells import fast_slow
-    return fast_slow.fast_slow_from_config(model)
-  if model["core"] == "lstmn":
-    from rumjax.models import lstmn
-    return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"],
-                           dtype=model.get("dtype"),
-                           param_dtype=model.get("param_dtype", jnp.float32))
-  return cell_from_config(model["cell"], model["hidden_size"], model)
+  """The recurrent core of ``config.model``: :data:`CORES` ``[model.core]``, in the
+  precision policy ``model.dtype``/``model.param_dtype`` (an FS-RNN's roles may override it
+  with ``fast_dtype``/``slow_dtype``)."""
+  return CORES.get(model["core"])(precision.resolve(model))
 
 
 def build_model(config):
@@ -343,3 +223,10 @@ def loss_and_metrics(outputs, batch):
   tokens = jnp.sum(weights)
   return nll / jnp.maximum(tokens, 1.0), {"loss": (nll, tokens), "nll": (nll, tokens),
                                           "bpc": (nll / math.log(2), tokens)}
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=tuple(config_lib.VARIANTS),
+            eval_splits=EVAL_SPLITS, initial_model_state=initial_model_state,
+            to_text=to_text)

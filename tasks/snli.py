@@ -38,25 +38,23 @@ after the optimizer, as for SST in :mod:`tasks.sst`).
 
 import dataclasses
 import functools
-import math
 import os
 from typing import Any, Iterator, Mapping, Optional
 
-import ml_collections
 import numpy as np
 import optax
-from ml_collections import config_dict
 
 from rumjax import metrics
-from tasks.text import embeddings
 from rumjax.models import text_classifier
 from tasks import common
+from tasks.base import Task
+from tasks.configs import snli as config_lib
 from tasks.data import ShuffledBatches, bucket_length, eval_batches
-from tasks.text import tokenizers
+from tasks.text import embeddings, tokenizers
 from tasks.text.vocabulary import Vocabulary
 
-NAME = "snli"
-VARIANTS = ("full", "dev90")
+NAME = config_lib.NAME
+VARIANTS = tuple(config_lib.VARIANTS)
 EVAL_SPLITS = ("dev", "dev10", "test")
 MODELS = ("lstm", "lstmn", "lstmn_shallow", "lstmn_deep")
 LABELS = ("entailment", "neutral", "contradiction")
@@ -65,54 +63,11 @@ NUM_CLASSES = len(LABELS)
 SPLITS = {"full": ("train", "dev", "test"), "dev90": ("train", "dev10", "test")}
 DEV90_SEED = 90
 DEV90_FRACTION = 0.9
-NUM_TRAIN = {"full": 549_367, "dev90": 8_858}
 PAD, UNK = "<pad>", "<unk>"
 MIN_BUCKET = 8
 
 
 # --------------------------------------------------------------------------- config
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The SNLI config of §5.3: ``"dev90"`` (also ``None``) or ``"full"``.
-
-  Fields beyond the common ones: ``data_split`` ("full"|"dev90"), ``manual_dir``,
-  ``data_dir``, ``word_vectors``, ``bucket_lengths``, ``eval_batch_size`` (as in
-  :mod:`tasks.sst`). ``num_steps`` is 20 epochs (dev90) or 10 (full), ``eval_every`` one
-  epoch (dev90) or a tenth of one (full).
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown snli variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for dev90).")
-  c = common.base_config(NAME, variant)
-  c.data_split = variant or "dev90"
-  c.manual_dir = common.shared_data_dir("snli")
-  c.data_dir = ""
-  c.word_vectors = ""
-  c.bucket_lengths = True
-  c.model = common.cell_model_config(
-      "lstmn", cell="lstm", hidden_size=100, embed_dim=300, num_layers=1,
-      attn_size=config_dict.placeholder(int), inter_size=config_dict.placeholder(int),
-      memory_span=config_dict.placeholder(int), skip_input=False,
-      condition_on_source=False, impl="fast", pooling="mean", mlp_layers=2,
-      mlp_size=config_dict.placeholder(int), dropout_rate=0.2)
-  c.optimizer = "adam"
-  c.learning_rate = 1e-3
-  c.batch_size = 32
-  c.eval_batch_size = 64
-  epoch = math.ceil(NUM_TRAIN[c.data_split] / c.batch_size)   # 277 / 17,168 steps
-  if c.data_split == "dev90":
-    c.num_steps, c.eval_every = 20 * epoch, epoch
-  else:
-    c.num_steps, c.eval_every = 10 * epoch, epoch // 10
-  c.checkpoint_every = c.eval_every
-  c.log_every = 50
-  valid = "dev10" if c.data_split == "dev90" else "dev"
-  key = "eval_dev10" if c.data_split == "dev90" else "eval"
-  c.evals[key] = common.eval_entry(valid, c.get_ref("eval_every"),
-                                   batch_size=c.get_ref("eval_batch_size"))
-  c.evals.test = common.eval_entry("test", 0, batch_size=c.get_ref("eval_batch_size"))
-  return c
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
@@ -134,11 +89,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
     raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
                      "False.")
   common.check_int(config, "eval_batch_size", 1)
-  if not isinstance(config["word_vectors"], str):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
-  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
-                     "GloVe/word2vec text file (.txt or .txt.gz) or '' (no vectors).")
+  embeddings.check_word_vectors(config)
   common.check_data_folders(config, "snli_1.0_{train,dev,test}.jsonl (or .jsonl.gz)")
   root = os.path.expanduser(config["manual_dir"])
   if root:
@@ -319,27 +270,16 @@ def to_text(config, batch, row: int = 0) -> str:
 # ----------------------------------------------------------------------- word vectors
 
 
-@functools.lru_cache(maxsize=2)
-def _vectors(path, data_split, manual_dir, data_dir, dim, seed):
-  tokens = _data(data_split, manual_dir, data_dir).vocab.tokens
-  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
-
-
 def word_vectors(config) -> tuple[np.ndarray, np.ndarray]:
   """``(matrix <float32>[V, embed_dim], pretrained <bool>[V])`` of ``config.word_vectors``
-  (loaded once per process; OOV rows N(0, 1) drawn from ``seed``)."""
-  return _vectors(os.path.expanduser(config.word_vectors), config.data_split,
-                  config.manual_dir, config.data_dir, config.model.embed_dim, config.seed)
+  for the vocabulary (:func:`tasks.text.embeddings.config_word_vectors`)."""
+  return embeddings.config_word_vectors(config, data(config).vocab)
 
 
 def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTransformation:
   """With ``word_vectors``: pre-trained rows frozen (update x0) in the first epoch, only
   OOV rows learn (§5.3); else ``tx`` unchanged."""
-  if not config.word_vectors:
-    return tx
-  _, pretrained = word_vectors(config)
-  return embeddings.scale_first_epoch(tx, embeddings.snli_row_scale(pretrained),
-                                      data(config).size("train"), config.batch_size)
+  return embeddings.wrap_first_epoch(config, tx, data, embeddings.snli_row_scale)
 
 
 # ---------------------------------------------------------------------------- model
@@ -348,13 +288,18 @@ def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTr
 def build_model(config):
   """The pair classifier of ``config.model`` (:func:`rumjax.models.text_classifier.
   build_text_classifier`); with ``word_vectors`` the embedding starts from them."""
-  init = None
-  if config.word_vectors:
-    init = text_classifier.pretrained_init(lambda: word_vectors(config)[0])
+  vocab = data(config).vocab
   return text_classifier.build_text_classifier(
-      config.model.to_dict(), vocab_size=len(data(config).vocab), num_classes=NUM_CLASSES,
-      embedding_init=init)
+      config.model.to_dict(), vocab_size=len(vocab), num_classes=NUM_CLASSES,
+      embedding_init=embeddings.embedding_init(config, vocab))
 
 
 # Mean cross-entropy of the label and accuracy, as (sum, count) pairs.
 loss_and_metrics = metrics.classification_loss_and_metrics
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=VARIANTS, eval_splits=EVAL_SPLITS,
+            wrap_optimizer=wrap_optimizer, sentence_batch=sentence_batch,
+            tokenize=tokenize, to_text=to_text)

@@ -47,25 +47,23 @@ exactly x0.35).
 
 import dataclasses
 import functools
-import math
 import os
 from typing import Any, Iterator, Mapping, Optional
 
-import ml_collections
 import numpy as np
 import optax
-from ml_collections import config_dict
 
 from rumjax import metrics
-from tasks.text import embeddings
 from rumjax.models import text_classifier
 from tasks import common
+from tasks.base import Task
+from tasks.configs import sst as config_lib
 from tasks.data import ShuffledBatches, bucket_length, eval_batches
-from tasks.text import tokenizers
+from tasks.text import embeddings, tokenizers
 from tasks.text.vocabulary import Vocabulary
 
-NAME = "sst"
-VARIANTS = ("fine", "binary")
+NAME = config_lib.NAME
+VARIANTS = tuple(config_lib.VARIANTS)
 EVAL_SPLITS = ("dev", "test")
 SPLITS = ("train", "dev", "test")
 MODELS = ("lstm", "lstmn")
@@ -73,54 +71,11 @@ FILES = ("train.txt", "dev.txt", "test.txt")
 NUM_CLASSES = {"fine": 5, "binary": 2}
 LABEL_NAMES = {"fine": ("very negative", "negative", "neutral", "positive", "very positive"),
                "binary": ("negative", "positive")}
-# Training sentences (the paper's counts; the data's own count is used where it matters).
-NUM_TRAIN = {"fine": 8_544, "binary": 6_920}
 PAD, UNK = "<pad>", "<unk>"
 MIN_BUCKET = 8
 _BUILDER_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 _PTB_ESCAPES = {"-lrb-": "(", "-rrb-": ")", "-lsb-": "[", "-rsb-": "]", "-lcb-": "{",
                 "-rcb-": "}"}
-
-
-# --------------------------------------------------------------------------- config
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The SST config of §5.2: ``"fine"`` (also ``None``) or ``"binary"``.
-
-  Fields beyond the common ones: ``granularity`` ("fine"|"binary"), ``manual_dir`` (the
-  three tree files; "" = download), ``data_dir`` (the prepared TFDS data; "" = the TFDS
-  default), ``word_vectors`` (a vector file; "" = none), ``bucket_lengths``,
-  ``eval_batch_size``. ``num_steps`` is 10 epochs, ``eval_every`` one epoch.
-  """
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown sst variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for fine).")
-  c = common.base_config(NAME, variant)
-  c.granularity = variant or "fine"
-  c.manual_dir = common.shared_data_dir("sst")
-  c.data_dir = ""
-  c.word_vectors = ""
-  c.bucket_lengths = True
-  c.model = common.cell_model_config(
-      "lstmn", cell="lstm", hidden_size=168, embed_dim=300, num_layers=1,
-      attn_size=config_dict.placeholder(int), memory_span=config_dict.placeholder(int),
-      skip_input=False, impl="fast", pooling="mean",
-      mlp_layers=config_dict.placeholder(int), mlp_size=config_dict.placeholder(int),
-      dropout_rate=0.5)
-  c.optimizer = "adam"
-  c.learning_rate = 2e-3
-  c.l2 = 1e-4
-  c.batch_size = 5
-  c.eval_batch_size = 50
-  epoch = math.ceil(NUM_TRAIN[c.granularity] / c.batch_size)   # 1,709 / 1,384 steps
-  c.num_steps = 10 * epoch
-  c.eval_every = c.checkpoint_every = epoch
-  c.log_every = 100
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"),
-                                   batch_size=c.get_ref("eval_batch_size"))
-  c.evals.test = common.eval_entry("test", 0, batch_size=c.get_ref("eval_batch_size"))
-  return c
 
 
 def check_files(config: Mapping[str, Any], names, what: str) -> None:
@@ -149,11 +104,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
     raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
                      "False.")
   common.check_int(config, "eval_batch_size", 1)
-  if not isinstance(config["word_vectors"], str):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} must be a path or ''.")
-  if config["word_vectors"] and not os.path.isfile(os.path.expanduser(config["word_vectors"])):
-    raise ValueError(f"config.word_vectors={config['word_vectors']!r} is not a file; give a "
-                     "GloVe/word2vec text file (.txt or .txt.gz) or '' (no vectors).")
+  embeddings.check_word_vectors(config)
   what = "the SST trees train.txt, dev.txt, test.txt (trainDevTestTrees_PTB.zip, trees/)"
   common.check_data_folders(config, what)
   check_files(config, FILES, what)
@@ -300,27 +251,16 @@ def to_text(config, batch, row: int = 0) -> str:
 # ----------------------------------------------------------------------- word vectors
 
 
-@functools.lru_cache(maxsize=2)
-def _vectors(path, granularity, manual_dir, data_dir, dim, seed):
-  tokens = _data(granularity, manual_dir, data_dir).vocab.tokens
-  return embeddings.load_word_vectors(path, tokens, dim, seed=seed)
-
-
 def word_vectors(config) -> tuple[np.ndarray, np.ndarray]:
   """``(matrix <float32>[V, embed_dim], pretrained <bool>[V])`` of ``config.word_vectors``
-  for the vocabulary (loaded once per process; OOV rows N(0, 1) drawn from ``seed``)."""
-  return _vectors(os.path.expanduser(config.word_vectors), config.granularity,
-                  config.manual_dir, config.data_dir, config.model.embed_dim, config.seed)
+  for the vocabulary (:func:`tasks.text.embeddings.config_word_vectors`)."""
+  return embeddings.config_word_vectors(config, data(config).vocab)
 
 
 def wrap_optimizer(config, tx: optax.GradientTransformation) -> optax.GradientTransformation:
   """With ``word_vectors``: the updates of the pre-trained rows x0.35 in the first epoch
   (§5.2), chained after the optimizer (module docstring); else ``tx`` unchanged."""
-  if not config.word_vectors:
-    return tx
-  _, pretrained = word_vectors(config)
-  return embeddings.scale_first_epoch(tx, embeddings.sst_row_scale(pretrained),
-                                      data(config).size("train"), config.batch_size)
+  return embeddings.wrap_first_epoch(config, tx, data, embeddings.sst_row_scale)
 
 
 # ---------------------------------------------------------------------------- model
@@ -339,13 +279,19 @@ def model_config(config) -> dict:
 def build_model(config):
   """The classifier of ``config.model`` (:func:`rumjax.models.text_classifier.
   build_text_classifier`); with ``word_vectors`` the embedding starts from them."""
-  init = None
-  if config.word_vectors:
-    init = text_classifier.pretrained_init(lambda: word_vectors(config)[0])
+  vocab = data(config).vocab
   return text_classifier.build_text_classifier(
-      model_config(config), vocab_size=len(data(config).vocab),
-      num_classes=NUM_CLASSES[config.granularity], embedding_init=init)
+      model_config(config), vocab_size=len(vocab),
+      num_classes=NUM_CLASSES[config.granularity],
+      embedding_init=embeddings.embedding_init(config, vocab))
 
 
 # Mean cross-entropy of the sentence label and accuracy, as (sum, count) pairs.
 loss_and_metrics = metrics.classification_loss_and_metrics
+
+
+TASK = Task(name=NAME, get_config=config_lib.get_config, validate_config=validate_config,
+            train_data=train_data, eval_data=eval_data, build_model=build_model,
+            loss_and_metrics=loss_and_metrics, variants=VARIANTS, eval_splits=EVAL_SPLITS,
+            wrap_optimizer=wrap_optimizer, sentence_batch=sentence_batch,
+            tokenize=tokenize, to_text=to_text)

@@ -14,44 +14,30 @@ breaks end sentences) and the target's, lower-cased and tokenised
 ``test``.
 
 The model, optimiser, decoding and evaluators are those of :mod:`tasks.cnn_dailymail`
-(the paper's settings; variants ``lead``, ``encrum``, ``decrum``, ``allrum``). Titles are
-short: for ``s2t`` set ``--config.min_dec_steps=0 --config.max_decode_steps=30`` (the
-defaults, 35 and 120, are the summaries').
+(the config is :mod:`tasks.configs.stories`: the paper's settings; variants ``lead``,
+``encrum``, ``decrum``, ``allrum``). Titles are short: for ``s2t`` set
+``--config.min_dec_steps=0 --config.max_decode_steps=30`` (the defaults, 35 and 120, are
+the summaries').
 """
 
 import functools
 import os
-from typing import Optional
-
-import ml_collections
 
 from tasks import cnn_dailymail
 from tasks import common
 from tasks import summarization as summ
+from tasks.configs import stories as config_lib
 from tasks.text import summaries as summaries_lib
 
-NAME = "stories"
-VARIANTS = summ.CONFIGURATIONS
-SUBTASKS = ("s2s", "sh2s", "s2t", "oods2s")
-EVAL_SPLITS = ("dev", "test")
+NAME = config_lib.NAME
+SUBTASKS = config_lib.SUBTASKS
+EVAL_SPLITS = summ.EVAL_SPLITS
 BUILDER_SPLITS = cnn_dailymail.BUILDER_SPLITS
-SUBMISSION_PRED = "beam"
-
-
-def default_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
-  """The paper's set-up (module docstring); ``variant`` one of :data:`VARIANTS`."""
-  c = summ.real_data_config(NAME, variant, VARIANTS)
-  c.ood_manual_dir = ""
-  c.subtask = "s2s"
-  c.num_steps = 100_000
-  return c
 
 
 def validate_config(config) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config, EVAL_SPLITS)
-  summ.validate_real_data_fields(config)
+  summ.validate_real_data_config(config, NAME)
   if config.subtask not in SUBTASKS:
     raise ValueError(f"config.subtask={config.subtask!r} must be one of {list(SUBTASKS)}.")
   if not config.manual_dir:
@@ -95,8 +81,7 @@ def _data(manual_dir, ood_manual_dir, data_dir, subtask, seed, vocab_size, max_e
     raise ValueError(missing["train"])
   data = summ.encode(examples, vocab_size=vocab_size, max_enc_steps=max_enc,
                      max_dec_steps=max_dec)
-  data.missing = {s: m + " Or evaluate on dev: --config.evals.<name>.split=dev."
-                  for s, m in missing.items()}
+  data.missing = {s: m + summ.MISSING_SPLIT_HINT for s, m in missing.items()}
   return data
 
 
@@ -107,6 +92,5 @@ def data(config) -> summ.Data:
                config.max_dec_steps)
 
 
-(train_data, eval_data, build_model, predict_fns, text_fns, submission,
- to_text) = summ.task_functions(data, NAME, EVAL_SPLITS)
-loss_and_metrics = summ.loss_and_metrics
+TASK = summ.make_task(name=NAME, get_config=config_lib.get_config,
+                      validate_config=validate_config, data=data)

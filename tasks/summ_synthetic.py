@@ -15,67 +15,33 @@ position given by content) and copy its rare words (the pointer). Example::
 Everything is a function of ``(seed, split, index)`` (NumPy's ``default_rng``), so any
 process builds the same data. Splits: ``train`` (``num_train``, 20,000), ``dev`` and
 ``test`` (``num_eval`` each, 500). Sizes (CPU): embedding 64, hidden 128, batch 32, Adam
-1e-3 (the paper's Adagrad 0.15 is the ``cnn_dailymail`` setting), 60 encoder / 12 decoder
-steps, beam 4, no ``min_len``. Variants ``lead``, ``encrum``, ``decrum``, ``allrum`` set the
-encoder and decoder cells; ``--config.model.coverage=True`` (with ``init_from``) adds
-coverage. Metrics: ``eval_loss`` / ``eval_accuracy`` (teacher forced, dev, every
-``eval_every``); ``test_rouge1``, ``test_rouge2``, ``test_rougeLsum`` (F1, %, beam search,
-at the end); ``lead3_rouge*`` (the extractive baseline).
+1e-3 (the paper's Adagrad 0.15 is the ``cnn_dailymail`` setting), 80 encoder / 12 decoder
+steps, beam 4, no ``min_len`` (the config is :mod:`tasks.configs.summ_synthetic`). Variants
+``lead``, ``encrum``, ``decrum``, ``allrum`` set the encoder and decoder cells;
+``--config.model.coverage=True`` (with ``init_from``) adds coverage. Metrics:
+``eval_loss`` / ``eval_accuracy`` (teacher forced, dev, every ``eval_every``);
+``test_rouge1``, ``test_rouge2``, ``test_rougeLsum`` (F1, %, beam search, at the end);
+``lead3_rouge*`` (the extractive baseline).
 """
 
 import functools
 import types
-from typing import Optional
 
 import numpy as np
 
 from tasks import common
 from tasks import summarization as summ
+from tasks.configs import summ_synthetic as config_lib
 
-NAME = "summ_synthetic"
-VARIANTS = summ.CONFIGURATIONS
-EVAL_SPLITS = ("dev", "test")
+NAME = config_lib.NAME
+EVAL_SPLITS = summ.EVAL_SPLITS
 MARKER = "key"
 SPLIT_SEEDS = {"train": 0, "dev": 1, "test": 2}
-SUBMISSION_PRED = "beam"
-
-
-def default_config(variant: Optional[str] = None):
-  """The synthetic task's config (module docstring); ``variant`` one of
-  :data:`VARIANTS` (``None``: ``lead``)."""
-  if variant is not None and variant not in VARIANTS:
-    raise ValueError(f"unknown {NAME} variant {variant!r}; known variants are "
-                     f"{list(VARIANTS)} (or None for lead).")
-  configuration = variant or "lead"
-  c = common.base_config(NAME, variant)
-  summ.add_common_fields(c, configuration)
-  c.num_train = 20_000
-  c.num_eval = 500
-  c.num_common = 100
-  c.num_rare = 20_000
-  c.vocab_size = 200
-  c.max_oovs = 20
-  c.max_enc_steps = 80
-  c.max_dec_steps = 12
-  c.min_dec_steps = 0
-  c.max_decode_steps = 12
-  c.optimizer = "adam"
-  c.learning_rate = 1e-3
-  c.batch_size = 32
-  c.num_steps = 5000
-  c.eval_every = 500
-  c.checkpoint_every = 500
-  c.log_every = 100
-  c.model = summ.model_config(configuration, embed_dim=64, hidden_size=128)
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=4)
-  return c
 
 
 def validate_config(config) -> None:
   """Raises ``ValueError`` naming the first bad field."""
-  common.check_task(config, NAME, VARIANTS)
-  common.validate_common(config, EVAL_SPLITS)
-  summ.validate_fields(config)
+  summ.validate_config(config, NAME)
   for field, low in (("num_train", 1), ("num_eval", 1), ("num_common", 10),
                      ("num_rare", 1)):
     common.check_int(config, field, low)
@@ -126,6 +92,5 @@ def data(config) -> summ.Data:
                config.max_dec_steps)
 
 
-(train_data, eval_data, build_model, predict_fns, text_fns, submission,
- to_text) = summ.task_functions(data, NAME, EVAL_SPLITS)
-loss_and_metrics = summ.loss_and_metrics
+TASK = summ.make_task(name=NAME, get_config=config_lib.get_config,
+                      validate_config=validate_config, data=data)

@@ -1,6 +1,8 @@
 """What the summarization tasks share (RUM paper, TACL 2019, §4 E; See et al. 2017): the
 pointer-generator's batches, loss, beam decoder and ROUGE texts. Not a task itself:
-``summ_synthetic`` (and the data-backed tasks to come) bind it to their examples.
+:func:`make_task` binds its functions (``functools.partial``) to a task's ``data(config)``
+(``summ_synthetic``, ``cnn_dailymail``, ``stories``); the configs are
+:mod:`tasks.configs.summarization`'s.
 
 An example is ``{"article": [tokens], "summary": [[tokens of sentence 1], ...],
 "article_sentences": [[tokens], ...]}`` (lower-cased words). From the training examples:
@@ -25,25 +27,27 @@ c_i)`` (the coverage loss) at the real decoder steps, averaged as
 ``sum_bt w_b l_bt / sum_bt w_b`` with ``w_b = step_weight``: with
 ``loss_normalization="example"`` (the default) that is the mean over the rows of each row's
 mean over its ``L_b`` steps, See et al.'s ``_mask_and_avg`` (the reference's loss, and its
-coverage loss alike); with ``"token"`` the mean over all real steps of the batch. Decoding: :func:`rumjax.decoding.beam_search`
-(``beam_size`` 4, ``min_len``, ``max_len``, top-2k expansion inside the search, finished
-hypotheses ranked by average log-probability), the state carries the decoder's carry,
-context and coverage. ROUGE (:mod:`rumjax.evaluators.rouge`): the decoded ids back to words
-(extended ids -> the article's OOVs), ``</s>`` and after dropped, compared with the
-reference summary sentences (one per line, for ``rougeLsum``); ``lead3``: the first three
-article sentences.
+coverage loss alike); with ``"token"`` the mean over all real steps of the batch.
+Decoding: :func:`rumjax.decoding.beam_search` (``beam_size`` 4, ``min_len``, ``max_len``,
+top-2k expansion inside the search, finished hypotheses ranked by average
+log-probability), the state carries the decoder's carry, context and coverage. ROUGE
+(:mod:`rumjax.evaluators.rouge`): the decoded ids back to words (extended ids -> the
+article's OOVs), ``</s>`` and after dropped, compared with the reference summary sentences
+(one per line, for ``rougeLsum``); ``lead3``: the first three article sentences.
 """
 
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+import functools
+from typing import Any, Callable, Mapping, Sequence
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from rumjax import decoding
 from rumjax.models import build_model as build_registered
 from rumjax.models import pointer_generator as pg
 from tasks import common
+from tasks.base import Task
+from tasks.configs import summarization as config_lib
 from tasks.data import ShuffledBatches, bucket_length, eval_batches
 from tasks.text import summaries as summaries_lib
 from tasks.text import tokenizers
@@ -52,89 +56,35 @@ from tasks.text.vocabulary import Vocabulary
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 KEY_SHIFT = 1 << 24
-CELLS = {"lead": ("lstm", "lstm"), "encrum": ("rum", "lstm"), "decrum": ("lstm", "rum"),
-         "allrum": ("rum", "rum")}
-CONFIGURATIONS = tuple(CELLS)
+EVAL_SPLITS = ("dev", "test")
 SENTENCE_ENDS = (".", "!", "?")
+MISSING_SPLIT_HINT = " Or evaluate on dev: --config.evals.<name>.split=dev."
 
 
 # --------------------------------------------------------------------------- config
 
 
-def model_config(configuration: str, **fields) -> ml_collections.ConfigDict:
-  """``config.model`` of a pointer-generator in ``configuration`` (LEAD = LSTM encoder and
-  decoder, encRUM, decRUM, allRUM) at the paper's sizes unless ``fields`` say otherwise."""
-  encoder, decoder = CELLS[configuration]
-  m = ml_collections.ConfigDict(dict(
-      name="pointer_generator", encoder_cell=encoder, decoder_cell=decoder, embed_dim=128,
-      hidden_size=256, pointer=True, coverage=False, lam=0, eta=None, activation="relu",
-      update_gate=True))
-  common.add_precision(m)
-  m.update(fields)
-  return m
-
-
-def add_common_fields(c: ml_collections.ConfigDict, configuration: str) -> None:
-  """The summarization fields of a task config (the RUM paper's / See et al.'s values) and
-  the evaluators ``test`` (ROUGE of the beam search) and ``lead3`` on test, at the end."""
-  c.configuration = configuration
-  c.vocab_size = 50_000
-  c.max_oovs = 100
-  c.max_enc_steps = 400
-  c.max_dec_steps = 100
-  c.beam_size = 4
-  c.min_dec_steps = 35
-  c.max_decode_steps = 120
-  c.cov_loss_wt = 1.0
-  c.loss_normalization = "example"
-  c.optimizer = "adagrad"
-  c.learning_rate = 0.15
-  c.adagrad_init = 0.1
-  c.grad_clip = 2.0
-  c.batch_size = 16
-  # At the end: ROUGE of the beam search on test, and the LEAD-3 baseline's.
-  c.evals.test = common.eval_entry("test", 0, type="rouge", pred="beam", texts="summary")
-  c.evals.lead3 = common.eval_entry("test", 0, type="rouge", pred="metrics", texts="lead3")
-
-
-def real_data_config(name: str, variant, variants) -> ml_collections.ConfigDict:
-  """The config of a summarization task on real text (``cnn_dailymail``, ``stories``):
-  :func:`add_common_fields`, the paper's model for ``variant`` (None: LEAD), the dev loss
-  every ``eval_every`` (8 batches) and the dev ROUGE of the beam search on the first
-  ``rouge_batches`` every ``rouge_every`` (0: at the end only)."""
-  if variant is not None and variant not in variants:
-    raise ValueError(f"unknown {name} variant {variant!r}; known variants are "
-                     f"{list(variants)} (or None for lead).")
-  configuration = variant or "lead"
-  c = common.base_config(name, variant)
-  add_common_fields(c, configuration)
-  c.manual_dir = ""
-  c.data_dir = ""
-  c.eval_every = 5000
-  c.checkpoint_every = 5000
-  c.log_every = 100
-  c.rouge_every = 0
-  c.rouge_batches = 8
-  c.model = model_config(configuration)
-  c.evals.eval = common.eval_entry("dev", c.get_ref("eval_every"), batches=8)
-  c.evals.dev = common.eval_entry("dev", c.get_ref("rouge_every"), type="rouge",
-                                  pred="beam", texts="summary",
-                                  batches=c.get_ref("rouge_batches"))
-  return c
-
-
-def validate_real_data_fields(config) -> None:
-  """:func:`validate_fields` and the fields of :func:`real_data_config`."""
+def validate_config(config, name: str) -> None:
+  """``ValueError`` naming the first bad field of the summarization task ``name``: the
+  loop's fields (:func:`tasks.common.validate_common`) and :func:`validate_fields`."""
+  common.check_task(config, name, config_lib.VARIANTS)
+  common.validate_common(config, EVAL_SPLITS)
   validate_fields(config)
+
+
+def validate_real_data_config(config, name: str) -> None:
+  """:func:`validate_config` and the fields of
+  :func:`tasks.configs.summarization.real_data_config`."""
+  validate_config(config, name)
   common.check_int(config, "rouge_every", 0)
   common.check_int(config, "rouge_batches", 1)
 
 
 def validate_fields(config) -> None:
   """``ValueError`` naming the first bad summarization field."""
-  if config["configuration"] not in CONFIGURATIONS:
+  if config["configuration"] not in config_lib.CONFIGURATIONS:
     raise ValueError(f"config.configuration={config['configuration']!r} must be one of "
-                     f"{list(CONFIGURATIONS)}.")
+                     f"{list(config_lib.CONFIGURATIONS)}.")
   for field, low in (("vocab_size", 5), ("max_oovs", 0), ("max_enc_steps", 1),
                      ("max_dec_steps", 1), ("beam_size", 1), ("min_dec_steps", 0),
                      ("max_decode_steps", 1)):
@@ -257,25 +207,32 @@ def loss_normalization(config) -> str:
   return config.get("loss_normalization", "token")
 
 
-def train_batches(config, d: Data, *, process_index: int = 0,
-                  process_count: int = 1) -> ShuffledBatches:
-  """Endless shuffled training batches, deterministic in ``(seed, step)``, resumable."""
-  return ShuffledBatches(d.size("train"), batch_maker(d.splits["train"],
-                                                      coverage_weight(config),
-                                                      loss_normalization(config)),
+def _split_batch_maker(config, d: Data, split: str):
+  return batch_maker(d.splits[split], coverage_weight(config), loss_normalization(config))
+
+
+def train_data(config, *, data: Callable[[Any], Data], process_index: int = 0,
+               process_count: int = 1) -> ShuffledBatches:
+  """Endless shuffled training batches of ``data(config)``, deterministic in
+  ``(seed, step)``, resumable."""
+  d = data(config)
+  return ShuffledBatches(d.size("train"), _split_batch_maker(config, d, "train"),
                          seed=config.seed, batch_size=config.batch_size,
                          process_index=process_index, process_count=process_count)
 
 
-def eval_split_batches(config, d: Data, split: str, *, process_index: int = 0,
-                       process_count: int = 1):
-  """A split's examples in order, each once (padded rows of the last batch: mask 0)."""
+def eval_data(config, split: str, *, data: Callable[[Any], Data], name: str,
+              process_index: int = 0, process_count: int = 1):
+  """The examples of ``split`` (one of :data:`EVAL_SPLITS`) of ``data(config)`` in order,
+  each once (padded rows of the last batch: mask 0); a split the task ``name`` expected
+  but its data lacks is the one-line message of ``Data.missing``."""
+  if split not in EVAL_SPLITS:
+    raise ValueError(f"unknown {name} split {split!r}; known splits are "
+                     f"{list(EVAL_SPLITS)}.")
+  d = data(config)
   if split in d.missing:
     raise ValueError(d.missing[split])
-  if split not in d.splits:
-    raise ValueError(f"unknown split {split!r}; this data has {sorted(d.splits)}.")
-  return eval_batches(d.size(split), batch_maker(d.splits[split], coverage_weight(config),
-                                                 loss_normalization(config)),
+  return eval_batches(d.size(split), _split_batch_maker(config, d, split),
                       batch_size=config.batch_size, process_index=process_index,
                       process_count=process_count)
 
@@ -283,10 +240,11 @@ def eval_split_batches(config, d: Data, split: str, *, process_index: int = 0,
 # ---------------------------------------------------------------------------- model
 
 
-def build_model(config, d: Data):
-  """The pointer-generator of ``config.model`` over ``d``'s vocabulary."""
-  return build_registered(config.model, vocab_size=len(d.vocab), max_oovs=config.max_oovs,
-                          unk_id=d.vocab.unk_id)
+def build_model(config, *, data: Callable[[Any], Data]):
+  """The pointer-generator of ``config.model`` over the vocabulary of ``data(config)``."""
+  vocab = data(config).vocab
+  return build_registered(config.model, vocab_size=len(vocab), max_oovs=config.max_oovs,
+                          unk_id=vocab.unk_id)
 
 
 def loss_and_metrics(outputs, batch):
@@ -324,10 +282,10 @@ def loss_and_metrics(outputs, batch):
   return total / jnp.maximum(denominator, 1.0), metrics
 
 
-def decoder(config, model, d: Data, *, beam_size: int):
+def decoder(config, model, vocab: Vocabulary, *, beam_size: int):
   """``fn(params, batch, model_state) -> ({"sequences": <int>[B, L]}, model_state)``: the
   best hypothesis of a beam search of ``beam_size`` (1: greedy)."""
-  bos, eos = d.vocab.bos_id, d.vocab.eos_id
+  bos, eos = vocab.bos_id, vocab.eos_id
 
   def decode(params, batch, model_state):
     fn, init = pg.make_tokens_to_logits(model, params, batch)
@@ -344,10 +302,12 @@ def decoder(config, model, d: Data, *, beam_size: int):
   return decode
 
 
-def predict_fns(config, model, d: Data) -> dict:
-  """``"beam"`` (``config.beam_size``) and ``"greedy"`` decoders."""
-  return {"beam": decoder(config, model, d, beam_size=config.beam_size),
-          "greedy": decoder(config, model, d, beam_size=1)}
+def predict_fns(config, model, *, data: Callable[[Any], Data]) -> dict:
+  """``"beam"`` (``config.beam_size``) and ``"greedy"`` decoders over the vocabulary of
+  ``data(config)``."""
+  vocab = data(config).vocab
+  return {"beam": decoder(config, model, vocab, beam_size=config.beam_size),
+          "greedy": decoder(config, model, vocab, beam_size=1)}
 
 
 # ------------------------------------------------------------------------- texts
@@ -391,90 +351,78 @@ def text_example(article_sentences: Sequence[str], summary_sentences: Sequence[s
           "article_sentences": article}
 
 
-def submission(d: Data, rows) -> list:
+def decoded_rows(d: Data, batch, outputs) -> list:
+  """``(key, example, decoded text)`` of each real row (mask > 0) of ``batch`` whose
+  decoder ``outputs`` hold ``"sequences"`` (:func:`decoded_text` of the words)."""
+  seqs = np.asarray(outputs["sequences"])
+  out = []
+  for r, (key, m) in enumerate(zip(batch["key"], batch["mask"])):
+    if m > 0:
+      ex = d.example(key)
+      out.append((int(key), ex, decoded_text(decoded_words(seqs[r], d.vocab, ex["oovs"]))))
+  return out
+
+
+def submission(config, rows, *, data: Callable[[Any], Data]) -> list:
   """The rows of :func:`rumjax.training.predict_checkpoint` with a decoder's
   ``"sequences"`` as jsonl records, decoded and reference summaries side by side:
   ``{"split", "index", "decoded", "reference", "article"}`` (texts one sentence per line);
   padded rows dropped."""
+  d, names = data(config), {v: k for k, v in SPLIT_CODES.items()}
   out = []
   for batch, outputs in rows:
-    seqs = np.asarray(outputs["sequences"])
-    for r, (key, m) in enumerate(zip(batch["key"], batch["mask"])):
-      if m > 0:
-        ex = d.example(key)
-        code, index = divmod(int(key), KEY_SHIFT)
-        out.append({"split": {v: k for k, v in SPLIT_CODES.items()}[code], "index": index,
-                    "decoded": decoded_text(decoded_words(seqs[r], d.vocab, ex["oovs"])),
-                    "reference": reference_text(ex),
-                    "article": " ".join(ex["article"])})
+    for key, ex, decoded in decoded_rows(d, batch, outputs):
+      code, index = divmod(key, KEY_SHIFT)
+      out.append({"split": names[code], "index": index, "decoded": decoded,
+                  "reference": reference_text(ex), "article": " ".join(ex["article"])})
   return out
 
 
-def text_fns(config, d: Data) -> dict:
-  """``"summary"``: (decoded summary, reference) of each real row, one sentence per line
-  (:func:`decoded_text`); ``"lead3"``: (the first three article sentences, reference)."""
-
-  def rows(batch):
-    return [int(k) for k, m in zip(batch["key"], batch["mask"]) if m > 0]
-
-  def summary(batch, outputs):
-    seqs = np.asarray(outputs["sequences"])
-    out = []
-    for r, (key, m) in enumerate(zip(batch["key"], batch["mask"])):
-      if m > 0:
-        ex = d.example(key)
-        words = decoded_words(seqs[r], d.vocab, ex["oovs"])
-        out.append((decoded_text(words), reference_text(ex)))
-    return out
-
-  def lead3(batch, outputs):
-    del outputs
-    return [(summaries_lib.lead([" ".join(s) for s in d.example(k)["article_sentences"]], 3),
-             reference_text(d.example(k))) for k in rows(batch)]
-
-  return {"summary": summary, "lead3": lead3}
+def summary_texts(batch, outputs, *, d: Data) -> list:
+  """(decoded summary, reference) of each real row, one sentence per line
+  (:func:`decoded_text`)."""
+  return [(decoded, reference_text(ex)) for _, ex, decoded in decoded_rows(d, batch, outputs)]
 
 
-# ------------------------------------------------------------------ task functions
+def lead3_texts(batch, outputs, *, d: Data) -> list:
+  """(the first three article sentences, reference) of each real row: the LEAD-3
+  baseline."""
+  del outputs
+  examples = [d.example(k) for k, m in zip(batch["key"], batch["mask"]) if m > 0]
+  return [(summaries_lib.lead([" ".join(s) for s in ex["article_sentences"]], 3),
+           reference_text(ex)) for ex in examples]
 
 
-class TaskFunctions(NamedTuple):
-  train_data: Callable
-  eval_data: Callable
-  build_model: Callable
-  predict_fns: Callable
-  text_fns: Callable
-  submission: Callable
-  to_text: Callable
+def text_fns(config, *, data: Callable[[Any], Data]) -> dict:
+  """The ROUGE evaluators' texts of ``data(config)``: ``"summary"``
+  (:func:`summary_texts`) and ``"lead3"`` (:func:`lead3_texts`)."""
+  d = data(config)
+  return {"summary": functools.partial(summary_texts, d=d),
+          "lead3": functools.partial(lead3_texts, d=d)}
 
 
-def task_functions(data: Callable[[Any], Data], name: str,
-                   eval_splits: Sequence[str]) -> TaskFunctions:
-  """The task contract's functions of a summarization task whose ``data(config)`` gives
-  its :class:`Data`: batches (:func:`train_batches`, :func:`eval_split_batches`; an
-  unknown split is a one-line error naming ``eval_splits``), the model, the beam/greedy
-  predict fns, the ROUGE texts, the decoded-vs-reference :func:`submission` rows and
-  ``to_text`` (``article -> summary``). A task binds them with one assignment."""
+def to_text(config, batch, row: int = 0, *, data: Callable[[Any], Data]) -> str:
+  """Row ``row`` of ``batch`` as ``"<article> -> <reference summary>"``."""
+  ex = data(config).example(batch["key"][row])
+  return f"{' '.join(ex['article'])} -> {reference_text(ex)}"
 
-  def train_data(config, *, process_index: int = 0, process_count: int = 1):
-    return train_batches(config, data(config), process_index=process_index,
-                         process_count=process_count)
 
-  def eval_data(config, split: str, *, process_index: int = 0, process_count: int = 1):
-    if split not in eval_splits:
-      raise ValueError(f"unknown {name} split {split!r}; known splits are "
-                       f"{list(eval_splits)}.")
-    return eval_split_batches(config, data(config), split, process_index=process_index,
-                              process_count=process_count)
+# ------------------------------------------------------------------------- task
 
-  def to_text(config, batch, row: int = 0) -> str:
-    ex = data(config).example(batch["key"][row])
-    return f"{' '.join(ex['article'])} -> {reference_text(ex)}"
 
-  return TaskFunctions(
-      train_data=train_data, eval_data=eval_data,
-      build_model=lambda config: build_model(config, data(config)),
-      predict_fns=lambda config, model: predict_fns(config, model, data(config)),
-      text_fns=lambda config: text_fns(config, data(config)),
-      submission=lambda config, rows: submission(data(config), rows),
-      to_text=to_text)
+def make_task(*, name: str, get_config: Callable, validate_config: Callable,
+              data: Callable[[Any], Data]) -> Task:
+  """The :class:`tasks.base.Task` of a summarization task whose ``data(config)`` gives its
+  :class:`Data`: this module's batches, pointer-generator, loss, ``"beam"`` / ``"greedy"``
+  decoders (``launch.predict`` writes the beam's by default), ROUGE texts, submission rows
+  and ``to_text``, each bound to ``data`` (and ``eval_data`` to ``name``, for its
+  errors)."""
+  bind = functools.partial
+  return Task(
+      name=name, get_config=get_config, validate_config=validate_config,
+      train_data=bind(train_data, data=data), eval_data=bind(eval_data, data=data, name=name),
+      build_model=bind(build_model, data=data), loss_and_metrics=loss_and_metrics,
+      variants=config_lib.CONFIGURATIONS, eval_splits=EVAL_SPLITS,
+      predict_fns=bind(predict_fns, data=data), text_fns=bind(text_fns, data=data),
+      submission=bind(submission, data=data), submission_pred="beam",
+      to_text=bind(to_text, data=data))

@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 
 import tasks
+from tasks import copying, recall
 from rumjax import RUMCell, analysis, make_cell, rum_scan
 from rumjax.cells import rum as rum_cell
 from rumjax.models.sequence import SequenceClassifier, run_recurrence
+
+
+VOCAB_SIZE = {"copying": copying.VOCAB_SIZE, "recall": recall.VOCAB_SIZE}
 
 
 def _small_config(name, **fields):
@@ -29,13 +33,13 @@ def _small_config(name, **fields):
 
 def _copying():
   task, config = _small_config("copying", hidden_size=8, delay=4, batch_size=4, num_test=4)
-  return task.build_model(config), analysis.fixed_batch(task, config), task.VOCAB_SIZE
+  return task.build_model(config), analysis.fixed_batch(task, config), VOCAB_SIZE[task.name]
 
 
 def _recall():
   task, config = _small_config("recall", hidden_size=8, length=6, batch_size=4, num_test=4,
                                lam=0, eta=1.0)
-  return task.build_model(config), analysis.fixed_batch(task, config), task.VOCAB_SIZE
+  return task.build_model(config), analysis.fixed_batch(task, config), VOCAB_SIZE[task.name]
 
 
 def _embedded():

@@ -52,7 +52,7 @@ def test_early_stopping_by_patience_keeps_the_best(run, settings):
   # The best checkpoint, evaluated again, gives the test accuracy reported at that step.
   assert os.listdir(os.path.join(qa1, "best", "checkpoints")) == [str(row["best_step"])]
   config = babi_configs.subtask_config(1, settings)
-  best = training.evaluate_checkpoint(config, os.path.join(qa1, "best"), babi,
+  best = training.evaluate_checkpoint(config, os.path.join(qa1, "best"), babi.TASK,
                                       names=["eval", "test"])
   assert best["step"] == row["best_step"]
   assert best["test_accuracy"] == pytest.approx(row["test_accuracy"])

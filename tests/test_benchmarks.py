@@ -158,6 +158,20 @@ def test_format_lm_table():
   _check_table(lines, placeholders=2)
 
 
+def test_lm_model_builds_the_ptb_variants_scaled_down():
+  """The language models of ``launch.benchmark --lm``: the ptb task's configs, hidden sizes
+  divided by the scale, each with the candidate its ratio is taken to."""
+  from tasks import ptb
+  fs, base = lm.lm_model("fs_rum2", 100.0, ptb.TASK.get_config, ptb.build_core, "bfloat16")
+  assert base == "fs_lstm2" and fs.dtype == jnp.bfloat16 and fs.embed_dim == 128
+  assert [c.features for c in fs.cell.fast_cells] == [7, 7] and fs.cell.slow_cell.features == 10
+  rum, base = lm.lm_model("rum1000", 100.0, ptb.TASK.get_config, ptb.build_core)
+  assert base == "lstm1000" and rum.cell.features == 10 and rum.cell.layer_norm
+  flax_lstm, base = lm.lm_model("flax_lstm1000", 100.0, ptb.TASK.get_config, ptb.build_core)
+  assert base == "lstm1000" and type(flax_lstm.cell).__name__ == "OptimizedLSTMCell"
+  assert flax_lstm.cell.features == 10
+
+
 def test_format_encoders_table():
   tables = {"2x8": {"starsaber": dict(params=1025, ms=1.0, tokens_per_s=16.0, compile_s=1.0),
                     "transformer": dict(params=5_000_000, ms=2.0, tokens_per_s=8.0,

@@ -96,7 +96,7 @@ def test_ptb_task_with_an_empty_manual_dir_says_what_to_create(tmp_path):
   from tasks import ptb as ptb_task
   empty = tmp_path / "empty"
   empty.mkdir()
-  config = ptb_task.default_config()
+  config = ptb_task.TASK.get_config()
   config.manual_dir, config.data_dir = str(empty), str(tmp_path / "tfds")
   with pytest.raises(ValueError, match=f"create {empty}/ptb.char.train.txt") as err:
     ptb_task.train_data(config)
@@ -190,7 +190,7 @@ def test_stream_too_short_names_source_found_and_needed():
 def test_ptb_task_truncated_train_file_names_it(tmp_path):
   from tasks import ptb as ptb_task
   manual = _ptb(tmp_path / "m")
-  config = ptb_task.default_config()
+  config = ptb_task.TASK.get_config()
   config.level, config.manual_dir, config.data_dir = "word", manual, str(tmp_path / "tfds")
   config.batch_size, config.seq_len = 4, 10
   with pytest.raises(ValueError) as err:
@@ -274,7 +274,7 @@ def test_fixed_ptb_file_is_prepared_again_and_the_old_folder_kept(tmp_path, capl
   full = "".join(line + "\n" for line in PTB_LINES["train"]) * 4   # 12 lines, 68 tokens
   manual = _ptb(tmp_path / "m", **{"ptb.train.txt": full[:30]})    # cut mid-line
   data_dir = str(tmp_path / "tfds")
-  config = ptb_task.default_config()
+  config = ptb_task.TASK.get_config()
   config.level, config.manual_dir, config.data_dir = "word", manual, data_dir
   config.batch_size, config.seq_len = 4, 10
   with pytest.raises(ValueError, match="has 10 tokens, too few"):

@@ -332,3 +332,19 @@ def test_state_must_keep_its_shape():
   with pytest.raises(ValueError, match="structure, shapes and dtypes"):
     decoding.beam_search(model, jnp.zeros((2, 3)), batch_size=2, beam_size=2, bos_id=BOS,
                          eos_id=EOS, max_len=3)
+
+
+def test_benchmark_decoder_cells_are_found_by_name():
+  """``rumjax.benchmarks.decoding``'s decoder cells come from its registry: every name
+  builds a decoder with float32 logits over the vocabulary (RUM with its name's lam), and
+  an unknown name is a one-line error naming the known ones."""
+  from rumjax.benchmarks import decoding as bench
+  assert bench.DECODER_CELLS.names() == ["gru", "rum0", "rum1"]
+  for name in bench.DECODER_CELLS.names():
+    tokens_to_logits, params, carry = bench.make_decoder(name, 2, 4, 8)
+    logits, _ = tokens_to_logits(params, jnp.ones((2,), jnp.int32), carry)
+    assert logits.shape == (2, 8) and logits.dtype == jnp.float32
+  assert [bench.DECODER_CELLS.get(f"rum{lam}")(4).lam for lam in (0, 1)] == [0, 1]
+  with pytest.raises(ValueError, match=r"^unknown decoder cell 'rum2'; known decoder cells "
+                     r"are \['gru', 'rum0', 'rum1'\]; did you mean"):
+    bench.make_decoder("rum2", 2, 4, 8)

@@ -2,6 +2,7 @@
 gzip, errors) and the first-epoch row scaling of the LSTMN paper under jit."""
 
 import gzip
+import types
 
 import jax
 import jax.numpy as jnp
@@ -187,3 +188,46 @@ def test_target_errors():
   tx = embeddings.scale_embedding_rows(("embed", "embedding"), np.zeros(4), 1)
   out, _ = tx.update(params, tx.init(params))
   assert float(jnp.abs(out["encoder"]["embed"]["embedding"]).sum()) == 0.0
+
+
+# ----------------------------------------------------------------- config.word_vectors
+
+
+def test_the_tasks_word_vector_plumbing(tmp_path):
+  """check_word_vectors, config_word_vectors (loaded once), embedding_init and
+  wrap_first_epoch: what sst, snli and the CLUE tasks share."""
+  import ml_collections
+  from tasks.text.vocabulary import Vocabulary
+  path = _write(tmp_path / "v.txt", _glove_lines())
+  vocab = Vocabulary.build([["the", "dog", "cat"]], bos=None, eos=None)
+  config = ml_collections.ConfigDict(dict(word_vectors=path, seed=3, batch_size=2,
+                                          model=dict(embed_dim=3)))
+  embeddings.check_word_vectors(config)
+  matrix, pretrained = embeddings.config_word_vectors(config, vocab)
+  assert pretrained.tolist() == [t in VECTORS for t in vocab.tokens]
+  np.testing.assert_array_equal(matrix, embeddings.load_word_vectors(path, vocab.tokens, 3,
+                                                                     seed=3)[0])
+  assert embeddings.config_word_vectors(config, vocab)[0] is matrix   # read once
+  init = embeddings.embedding_init(config, vocab)
+  np.testing.assert_array_equal(init(jax.random.key(0), matrix.shape), matrix)
+  # The first epoch (2 steps of 2 out of 4 examples): only OOV rows move (snli's scale).
+  data = lambda c: types.SimpleNamespace(vocab=vocab, size={"train": 4}.get)
+  tx = embeddings.wrap_first_epoch(config, optax.sgd(1.0), data, embeddings.snli_row_scale)
+  params = {"embed": {"embedding": jnp.zeros(matrix.shape)}}
+  grads = {"embed": {"embedding": jnp.ones(matrix.shape)}}
+  state = tx.init(params)
+  moved = []
+  for _ in range(3):
+    updates, state = tx.update(grads, state, params)
+    moved.append(np.asarray(updates["embed"]["embedding"][:, 0] != 0).tolist())
+  assert moved == [(~pretrained).tolist()] * 2 + [[True] * len(vocab)]
+  config.word_vectors = ""
+  assert embeddings.embedding_init(config, vocab) is None
+  plain = optax.sgd(1.0)
+  assert embeddings.wrap_first_epoch(config, plain, data, embeddings.snli_row_scale) is plain
+  embeddings.check_word_vectors(config)
+  for bad, match in [(3, "config.word_vectors=3 must be a path or ''"),
+                     (str(tmp_path / "no.txt"), "is not a file; give a GloVe/word2vec text")]:
+    with pytest.raises(ValueError, match=match) as err:
+      embeddings.check_word_vectors({"word_vectors": bad})
+    assert "\n" not in str(err.value)

@@ -219,13 +219,13 @@ def _finite(summary, *keys):
 @pytest.mark.slow   # ~50 s: mostly compiling the beam search
 def test_summarization_with_beam_search_in_bfloat16(tmp_path):
   from tasks import summ_synthetic
-  c = summ_synthetic.default_config("decrum")
+  c = summ_synthetic.TASK.get_config("decrum")
   c.update(num_train=16, num_eval=4, batch_size=4, num_steps=4, eval_every=4,
            checkpoint_every=4, log_every=2, max_enc_steps=30, max_dec_steps=6,
            max_decode_steps=6, beam_size=2)
   c.model.update(embed_dim=8, hidden_size=8, dtype="bfloat16")
   summ_synthetic.validate_config(c)
-  summary = training.train_and_evaluate(c, str(tmp_path), summ_synthetic)
+  summary = training.train_and_evaluate(c, str(tmp_path), summ_synthetic.TASK)
   assert summary["step"] == 4
   _finite(summary, "train_loss", "eval_loss", "eval_nll", "test_rouge1", "test_rouge2")
   assert summary["test_rouge_count"] == 4
@@ -235,7 +235,7 @@ def test_summarization_with_beam_search_in_bfloat16(tmp_path):
 def test_fs_rum2_ptb_in_bfloat16(tmp_path):
   from tests.test_task_ptb import _write_corpus
   from tasks import ptb
-  c = ptb.default_config("fs_rum2")
+  c = ptb.TASK.get_config("fs_rum2")
   c.update(manual_dir=_write_corpus(tmp_path / "manual"), data_dir=str(tmp_path / "tfds"),
            batch_size=4, seq_len=12, num_steps=3, eval_every=3, checkpoint_every=3,
            log_every=1, eval_batch_size=3)
@@ -243,7 +243,7 @@ def test_fs_rum2_ptb_in_bfloat16(tmp_path):
   ptb.validate_config(c)
   core = ptb.build_core(c.model)
   assert core.slow_cell.dtype == jnp.bfloat16 and core.fast_cells[0].dtype == jnp.bfloat16
-  summary = training.train_and_evaluate(c, str(tmp_path / "run"), ptb)
+  summary = training.train_and_evaluate(c, str(tmp_path / "run"), ptb.TASK)
   assert summary["step"] == 3
   _finite(summary, "train_loss", "eval_bpc", "test_bpc")
 

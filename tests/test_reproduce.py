@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tasks
+from tasks import copying as copying_task
 from rumjax import analysis, experiments, plotting, training
 from tasks.experiments import EXPERIMENTS
 from tasks.experiments import recall as recall_configs
@@ -83,7 +84,7 @@ def test_copying(runs):
   root, out, lines = runs
   summary = out["copying_T200"]
   _check_common(root, summary, "copying_T200")
-  baseline = tasks.get_task("copying").memoryless_baseline(10)   # --tiny: delay 10
+  baseline = copying_task.memoryless_baseline(10)   # --tiny: delay 10
   for r in summary["models"].values():
     assert r["metrics"]["test_memoryless_baseline"] == pytest.approx(baseline)
     assert r["paper"]["note"]

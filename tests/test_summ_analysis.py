@@ -26,6 +26,7 @@ from rumjax.models import pointer_generator as pg
 from rumjax.training import loop
 from tasks import summ_synthetic
 from tasks import summarization as summ
+from tasks.configs import summ_synthetic as summ_synthetic_config
 
 T, H = 8, 16                     # decoder steps (max_dec_steps), hidden size
 BATCH_INDEX = 1                  # dev batch 1: examples 4-6 and a padding row (mask 0)
@@ -33,7 +34,7 @@ ROWS = np.array([1, 1, 1, 0], np.float32)
 
 
 def _config(variant="lead"):
-  c = summ_synthetic.default_config(variant)
+  c = summ_synthetic_config.get_config(variant)
   with c.unlocked():
     c.update(num_train=64, num_eval=7, batch_size=4, num_steps=3, log_every=1,
              checkpoint_every=3, max_enc_steps=60, max_dec_steps=T, max_decode_steps=T)
@@ -47,7 +48,7 @@ def _config(variant="lead"):
 def workdir(tmp_path_factory):
   """The tiny LEAD summ_synthetic run (3 steps)."""
   out = str(tmp_path_factory.mktemp("lead"))
-  loop.train_and_evaluate(_config(), out, summ_synthetic)
+  loop.train_and_evaluate(_config(), out, summ_synthetic.TASK)
   return out
 
 

@@ -11,7 +11,9 @@ import pytest
 from rumjax import training
 from rumjax.cells import make_cell
 from rumjax.models.babi import SentenceQA, dot_attention
+import tasks
 from tasks import babi
+from tasks.configs import babi as babi_config
 from tasks.datasets import babi as babi_builder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,7 +135,7 @@ def test_missing_folder_says_which_files_go_where(tmp_path):
   assert os.path.join(missing, "en-10k", "qa1_single-supporting-fact_train.txt") in text
   assert os.path.join(missing, "en-10k", "qa1_single-supporting-fact_test.txt") in text
   # Through the task: the config check names the field.
-  config = babi.default_config()
+  config = babi_config.get_config()
   config.manual_dir = missing
   with pytest.raises(ValueError, match="config.manual_dir"):
     babi.validate_config(config)
@@ -158,7 +160,7 @@ def test_malformed_file_through_the_builder(tmp_path):
 
 
 def _config(fixture_dirs, variant=None, lam=None, **overrides):
-  config = babi.default_config(variant)
+  config = babi_config.get_config(variant)
   config.update(manual_dir=fixture_dirs["manual_dir"], data_dir=fixture_dirs["data_dir"],
                 batch_size=2, num_steps=3, eval_every=2, checkpoint_every=0, log_every=1)
   config.model.update(hidden_size=8, embed_dim=4)
@@ -189,17 +191,32 @@ def test_encoding_and_batches(fixture_dirs):
   assert evals[0]["subtask"].tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("variant", [None, *babi_config.VARIANTS])
+def test_every_variant_validates(variant):
+  task = tasks.get_task("babi")
+  assert task is babi.TASK and task.variants == ("word", "sentence", "sentence_attention")
+  config = task.get_config(variant)
+  task.validate_config(config)
+  assert config.level == ("word" if variant in (None, "word") else "sentence")
+  assert config.model.name == babi_config.MODEL_OF_LEVEL[config.level]
+  assert config.model.get("attention", False) == (variant == "sentence_attention")
+  assert (config.batch_size, config.num_steps, config.eval_every) == (32, 20 * 282, 282)
+  with pytest.raises(ValueError, match=r"unknown babi variant 'words'; known variants are "
+                     r"\['word', 'sentence', 'sentence_attention'\]"):
+    task.get_config("words")
+
+
 def test_level_and_model_must_agree():
-  config = babi.default_config()
+  config = babi_config.get_config()
   config.level = "sentence"
   with pytest.raises(ValueError, match="config.model.name='sentence_qa'"):
     babi.validate_config(config)
-  config = babi.default_config("sentence_attention")
+  config = babi_config.get_config("sentence_attention")
   assert config.model.name == "sentence_qa" and config.model.attention is True
   config.model.name = "classifier"
   with pytest.raises(ValueError, match="config.model.name='sentence_qa'"):
     babi.validate_config(config)
-  config = babi.default_config()
+  config = babi_config.get_config()
   config.babi_task = 21
   with pytest.raises(ValueError, match="config.babi_task"):
     babi.validate_config(config)
@@ -259,7 +276,7 @@ def test_word_model_uses_the_last_real_step(fixture_dirs):
 @pytest.mark.parametrize("variant", ["sentence", "sentence_attention"])
 def test_sentence_level_trains(fixture_dirs, tmp_path, variant):
   config = _config(fixture_dirs, variant, lam=0, num_steps=2, eval_every=1)
-  summary = training.train_and_evaluate(config, str(tmp_path / variant), babi)
+  summary = training.train_and_evaluate(config, str(tmp_path / variant), babi.TASK)
   assert summary["step"] == 2
   assert np.isfinite(summary["train_loss"])
   assert {"eval_accuracy", "test_accuracy", "test_subtask_accuracy_qa1"} <= set(summary)

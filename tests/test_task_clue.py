@@ -13,6 +13,7 @@ import pytest
 import tasks
 from rumjax import metrics, training
 from tasks import clue
+from tasks.configs import clue as clue_config
 
 Q = ["花呗怎么还款", "借呗额度为什么降低", "蚂蚁花呗可以分期吗", "花呗账单", "借呗提前还款",
      "如何开通花呗", "花呗逾期", "借呗利息多少"]
@@ -65,13 +66,34 @@ def _config(name, folder, tmp_path, variant=None, **fields):
 def test_the_three_tasks_are_registered_with_their_variants():
   for name in ("afqmc", "tnews", "cmnli"):
     task = tasks.get_task(name)
-    assert task.NAME == name and task.VARIANTS == ("mlm",)
+    assert task.name == name and task.variants == ("mlm",)
+    assert task.get_config().task == name and task.submission is clue.submission
     assert task.get_config().objective == "classify"
     assert task.get_config("mlm").objective == "mlm"
     assert task.get_config("mlm").model.objective == "mlm"
     assert task.get_config().seed == 10  # "Random seed is set to 10"
   assert tasks.get_task("afqmc").get_config().learning_rate == 1e-4
   assert tasks.get_task("afqmc").get_config("mlm").learning_rate == 1e-3
+
+
+def test_the_tasks_differ_by_their_registered_spec():
+  assert clue.SPECS.names() == ["afqmc", "cmnli", "tnews"] == sorted(clue_config.NAMES)
+  assert [clue.SPECS.get(n).num_classes for n in ("afqmc", "tnews", "cmnli")] == [2, 15, 3]
+  assert [n for n, spec in clue.SPECS.items() if spec.pair] == ["afqmc", "cmnli"]
+  with pytest.raises(ValueError, match=r"unknown CLUE task 'ocnli'; known CLUE tasks are "
+                                       r"\['afqmc', 'cmnli', 'tnews'\]") as err:
+    clue.SPECS.get("ocnli")
+  assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match="unknown CLUE task 'ocnli'"):
+    clue_config.get_config("ocnli")
+  with pytest.raises(ValueError, match="unknown afqmc variant 'mlmm'"):
+    tasks.get_task("afqmc").get_config("mlmm")
+  # Each task checks that the config is its own.
+  with pytest.raises(ValueError, match="config.task='afqmc' but this is the 'tnews' task"):
+    tasks.get_task("tnews").validate_config(tasks.get_task("afqmc").get_config())
+  assert clue.OBJECTIVES.names() == ["classify", "mlm"]
+  assert clue.OBJECTIVES.get("mlm").new_mask_per_epoch
+  assert not clue.OBJECTIVES.get("classify").new_mask_per_epoch
 
 
 def test_join_pair_cuts_the_longer_sentence_first():

@@ -11,6 +11,7 @@ import pytest
 import tasks
 from rumjax import training
 from tasks import ptb
+from tasks.configs import ptb as ptb_config
 from tasks.datasets import ptb as ptb_data
 
 WORDS = "the cat sat on a mat dog ran far N <unk> and".split()
@@ -37,7 +38,7 @@ def corpus(tmp_path_factory):
 
 
 def _config(corpus, variant=None, level="char", **overrides):
-  c = ptb.default_config(variant)
+  c = ptb_config.get_config(variant)
   c.update(manual_dir=corpus["manual_dir"], data_dir=corpus["data_dir"], level=level,
            batch_size=4, seq_len=12, num_steps=6, eval_every=3, checkpoint_every=3,
            log_every=1)
@@ -48,12 +49,12 @@ def _config(corpus, variant=None, level="char", **overrides):
   return c
 
 
-@pytest.mark.parametrize("variant", (None,) + ptb.VARIANTS)
+@pytest.mark.parametrize("variant", (None,) + tuple(ptb_config.VARIANTS))
 def test_every_variant_validates(variant):
-  c = ptb.default_config(variant)
+  c = ptb_config.get_config(variant)
   ptb.validate_config(c)
   assert c.evals.eval.type == c.evals.test.type == "perplexity"
-  if variant in ptb.CHAR_VARIANTS:
+  if variant in ptb_config.CHAR_VARIANTS:
     assert (c.batch_size, c.seq_len, c.optimizer, c.learning_rate, c.grad_clip) == (
         128, 150, "adam", 2e-3, 1.0)
     assert c.model.embed_dim == 128 and c.model.dropout_rate == 0.35
@@ -63,7 +64,7 @@ def test_every_variant_validates(variant):
       assert c.lr_boundaries == [180 * epoch, 240 * epoch] and c.num_steps == 360 * epoch
     else:
       assert c.num_steps == 100 * epoch and not c.lr_boundaries
-  elif variant in ptb.WORD_VARIANTS:
+  elif variant in ptb_config.WORD_VARIANTS:
     # The paper's 0.65 / 5 are for the loss summed over the window: ours is the mean.
     assert (c.batch_size, c.seq_len, c.optimizer) == (40, 35, "sgd")
     assert c.learning_rate == pytest.approx(0.65 * 35)
@@ -72,14 +73,41 @@ def test_every_variant_validates(variant):
     assert c.model.embed_dim == 150 and c.model.hidden_size == 300
 
 
+def test_variants_are_data_and_configs_do_not_share_them():
+  epoch = ptb_config.CHAR_EPOCH
+  assert ptb_config.VARIANTS["fs_rum2"]["model"]["slow_lam"] == 0
+  c = ptb_config.get_config("fs_rum2")
+  assert (c.model.slow_cell, c.model.slow_size, c.model.fast_size) == ("rum", 1000, 700)
+  c.lr_boundaries.append(1)
+  assert ptb_config.get_config("fs_rum2").lr_boundaries == [180 * epoch, 240 * epoch]
+  assert ptb_config.WORD_VARIANTS == ("word_lstm300", "word_lstmn1", "word_lstmn3")
+  with pytest.raises(ValueError, match=r"unknown ptb variant 'fs_rum3'; known variants are "
+                     r"\['fs_rum2'"):
+    ptb_config.get_config("fs_rum3")
+
+
+def test_cores_are_looked_up_by_name():
+  known = ["cell", "fast_slow", "lstmn", "stacked"]
+  assert ptb.CORES.names() == known
+  c = ptb_config.get_config()
+  c.model.core = "stackd"
+  with pytest.raises(ValueError) as err:
+    ptb.build_core(c.model)
+  assert str(err.value) == (f"unknown core 'stackd'; known cores are {known}; did you mean "
+                            "'stacked'?")
+  with pytest.raises(ValueError, match=r"^config.model.core: unknown core 'stackd'; known "
+                     r"cores are \['cell', 'fast_slow', 'lstmn', 'stacked'\]"):
+    ptb.validate_config(c)
+
+
 @pytest.mark.parametrize("field,value", [("level", "byte"), ("seq_len", 0),
                                          ("eval_batch_size", 0)])
 def test_validate_names_the_field(field, value):
-  c = ptb.default_config()
+  c = ptb_config.get_config()
   c[field] = value
   with pytest.raises(ValueError, match=f"config.{field}"):
     ptb.validate_config(c)
-  c = ptb.default_config()
+  c = ptb_config.get_config()
   c.model.core = "tree"
   with pytest.raises(ValueError, match="config.model.core"):
     ptb.validate_config(c)
@@ -99,13 +127,13 @@ def test_stream_and_whole_split_evaluation(corpus, level):
   # The evaluation batches cover every target of the split exactly once.
   batches = list(ptb.eval_data(c, "valid"))
   assert sum(b["weights"].sum() for b in batches) == len(valid) - 1
-  assert tasks.get_task("ptb") is ptb
+  assert tasks.get_task("ptb") is ptb.TASK
 
 
 @pytest.mark.slow   # ~60 s (three runs); tests/test_training.py checks exact resume fast
 def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path):
   c = _config(corpus, num_steps=8)
-  full = training.train_and_evaluate(c, str(tmp_path / "full"), ptb)
+  full = training.train_and_evaluate(c, str(tmp_path / "full"), ptb.TASK)
   n_valid = len(ptb.token_stream(c, "valid")) - 1
   assert full["eval_tokens"] == n_valid and full["test_tokens"] == len(
       ptb.token_stream(c, "test")) - 1
@@ -113,8 +141,8 @@ def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path)
   # Stopped at step 4 (mid-epoch: an epoch is several windows here) and resumed to 8.
   assert ((len(ptb.token_stream(c, "train")) - 1) // 4) // 12 > 8  # one epoch > 8 windows
   part = str(tmp_path / "part")
-  training.train_and_evaluate(_config(corpus, num_steps=4), part, ptb)
-  resumed = training.train_and_evaluate(c, part, ptb)
+  training.train_and_evaluate(_config(corpus, num_steps=4), part, ptb.TASK)
+  resumed = training.train_and_evaluate(c, part, ptb.TASK)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                full["params"], resumed["params"])
   assert resumed["eval_bpc"] == full["eval_bpc"] and resumed["test_bpc"] == full["test_bpc"]
@@ -128,7 +156,7 @@ def test_composite_cores_train(corpus, tmp_path, core):
   c.model.update(core=core, num_layers=2, fast_size=8, slow_size=12, slow_cell="rum",
                  fast_cell="lnlstm")
   ptb.validate_config(c)
-  summary = training.train_and_evaluate(c, str(tmp_path / core), ptb)
+  summary = training.train_and_evaluate(c, str(tmp_path / core), ptb.TASK)
   assert summary["step"] == 2 and np.isfinite(summary["test_bpc"])
 
 
@@ -136,7 +164,7 @@ def test_paper_cores_are_table_5():
   from rumjax.cells import LNLSTMCell, RUMCell
   from rumjax.cells.fast_slow import FastSlowCell
   from rumjax.cells.stacked import StackedCells
-  fs = ptb.build_core(ptb.default_config("fs_rum2").model)
+  fs = ptb.build_core(ptb_config.get_config("fs_rum2").model)
   assert isinstance(fs, FastSlowCell) and len(fs.fast_cells) == 2
   for f in fs.fast_cells:
     assert isinstance(f, LNLSTMCell) and (f.features, f.zoneout, f.zoneout_c) == (700, 0.1, 0.5)
@@ -145,12 +173,12 @@ def test_paper_cores_are_table_5():
   assert (s.features, s.lam, s.eta, s.activation, s.layer_norm, s.zoneout) == (
       1000, 0, 1.0, "relu", True, 0.1)
   assert fs.dropout_rate == 0.35
-  slow_lstm = ptb.build_core(ptb.default_config("fs_lstm2").model).slow_cell
+  slow_lstm = ptb.build_core(ptb_config.get_config("fs_lstm2").model).slow_cell
   assert isinstance(slow_lstm, LNLSTMCell) and slow_lstm.features == 400
-  two = ptb.build_core(ptb.default_config("2xrum1500").model)
+  two = ptb.build_core(ptb_config.get_config("2xrum1500").model)
   assert isinstance(two, StackedCells) and [c.features for c in two.cells] == [1500, 1500]
   assert all(c.eta == 0.3 and c.lam == 0 for c in two.cells)
-  one = ptb.build_core(ptb.default_config("rum1400_nogate").model)
+  one = ptb.build_core(ptb_config.get_config("rum1400_nogate").model)
   assert isinstance(one, RUMCell) and one.features == 1400 and not one.update_gate
 
 
@@ -188,5 +216,5 @@ def test_lstmn_core_trains_through_the_loop(corpus, tmp_path):
   """The loop donates the carried state: the LSTMN's initial carry holds distinct buffers."""
   c = _config(corpus, level="word", num_steps=2, eval_every=0)
   c.model.update(core="lstmn", num_layers=2)
-  summary = training.train_and_evaluate(c, str(tmp_path), ptb)
+  summary = training.train_and_evaluate(c, str(tmp_path), ptb.TASK)
   assert summary["step"] == 2 and np.isfinite(summary["eval_ppl"])

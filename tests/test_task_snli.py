@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from rumjax import training
+import tasks
 from tasks import snli
+from tasks.configs import snli as snli_config
 from tests.test_task_sst import check_summary, write_vectors
 
 PAIRS = [("A man sleeps.", "A person rests.", "entailment"),
@@ -55,7 +57,7 @@ def dirs(tmp_path_factory):
 
 
 def small_config(dirs, variant=None, name="lstmn", **fields):
-  c = snli.default_config(variant)
+  c = snli_config.get_config(variant)
   c.update(manual_dir=dirs["manual_dir"], data_dir=dirs["data_dir"], batch_size=2,
            eval_batch_size=3, num_steps=2, eval_every=1, checkpoint_every=0, log_every=1)
   c.update(fields)
@@ -107,12 +109,24 @@ def test_trains_every_model(dirs, tmp_path, name):
   """(The "lstm" model trains in the word-vector test below.)"""
   # One evaluation, at the end (dev10 and test batches share their shape).
   config = small_config(dirs, name=name, eval_every=0)
-  summary = training.train_and_evaluate(config, str(tmp_path / name), snli)
+  summary = training.train_and_evaluate(config, str(tmp_path / name), snli.TASK)
   check_summary(snli, config, summary, "eval_dev10")
 
 
+def test_the_task_and_its_variants():
+  task = tasks.get_task("snli")
+  assert task is snli.TASK and task.variants == ("full", "dev90")
+  dev90 = task.get_config()
+  assert dev90.data_split == "dev90" and list(dev90.evals) == ["eval_dev10", "test"]
+  assert (dev90.num_steps, dev90.eval_every) == (20 * 277, 277)
+  full = task.get_config("full")
+  assert (full.num_steps, full.eval_every, full.checkpoint_every) == (10 * 17_168, 1716, 1716)
+  with pytest.raises(ValueError, match="unknown snli variant 'dev80'"):
+    task.get_config("dev80")
+
+
 def test_full_variant_needs_the_train_file(dirs, tmp_path):
-  config = snli.default_config("full")
+  config = snli_config.get_config("full")
   assert list(config.evals) == ["eval", "test"] and config.evals.eval.split == "dev"
   config.update(manual_dir=dirs["manual_dir"], data_dir=dirs["data_dir"])
   train_file = os.path.join(dirs["manual_dir"], "snli_1.0_train.jsonl")
@@ -154,7 +168,7 @@ def test_word_vectors_only_oov_rows_move_in_the_first_epoch(dirs, tmp_path):
   vocab = snli.data(config).vocab
   for word, vector in vectors.items():
     np.testing.assert_allclose(matrix[vocab.id(word)], vector, rtol=1e-6)
-  summary = training.train_and_evaluate(config, str(tmp_path / "run"), snli)
+  summary = training.train_and_evaluate(config, str(tmp_path / "run"), snli.TASK)
   check_summary(snli, config, summary, "eval_dev10")
   params = summary["params"]
   embedding = np.asarray(params["embed"]["embedding"])

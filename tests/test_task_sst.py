@@ -2,6 +2,7 @@
 binary view, batches, training each model through the loop, word vectors and their
 first-epoch scaling, bad input, and the attention picture of a trained run."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,9 @@ import pytest
 from launch import attention as launch_attention
 from rumjax import training
 from rumjax.training import loop, optim
+import tasks
 from tasks import sst
+from tasks.configs import sst as sst_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +51,7 @@ def dirs(tmp_path_factory):
 
 
 def small_config(dirs, variant="fine", name="lstmn", **fields):
-  c = sst.default_config(variant)
+  c = sst_config.get_config(variant)
   c.update(manual_dir=dirs["manual_dir"], data_dir=dirs["data_dir"], batch_size=2,
            eval_batch_size=2, num_steps=3, eval_every=2, checkpoint_every=0, log_every=1)
   c.update(fields)
@@ -74,6 +77,18 @@ def check_final_eval(task, config, summary, split, key, apply=None):
 
 
 # ----------------------------------------------------------------------------- data
+
+
+def test_the_task_and_its_variants():
+  task = tasks.get_task("sst")
+  assert task is sst.TASK and task.variants == ("fine", "binary")
+  assert task.get_config().granularity == "fine" and task.get_config().num_steps == 10 * 1709
+  binary = task.get_config("binary")
+  assert binary.granularity == "binary" and binary.eval_every == 1384
+  binary.eval_batch_size = 7       # the evaluators follow the referenced fields
+  assert binary.evals.test.batch_size == 7
+  with pytest.raises(ValueError, match="unknown sst variant 'coarse'"):
+    task.get_config("coarse")
 
 
 def test_tokens_vocabulary_and_batches(dirs):
@@ -119,7 +134,7 @@ def trained(dirs, tmp_path_factory):
   """A tiny 1-layer LSTMN run (used by the attention launch test too)."""
   config = small_config(dirs)
   workdir = str(tmp_path_factory.mktemp("run") / "lstmn")
-  return config, workdir, training.train_and_evaluate(config, workdir, sst)
+  return config, workdir, training.train_and_evaluate(config, workdir, sst.TASK)
 
 
 def check_summary(task, config, summary, eval_key="eval"):
@@ -167,7 +182,7 @@ def write_vectors(path, words, dim, seed=0):
   return vectors
 
 
-def test_word_vectors_initialise_and_scale_the_first_epoch(dirs, tmp_path, monkeypatch):
+def test_word_vectors_initialise_and_scale_the_first_epoch(dirs, tmp_path):
   path = str(tmp_path / "vectors.txt")
   vectors = write_vectors(path, ["good", "film", "(", "unseen"], 6)
   config = small_config(dirs, "binary", name="lstm", word_vectors=path)
@@ -175,14 +190,13 @@ def test_word_vectors_initialise_and_scale_the_first_epoch(dirs, tmp_path, monke
   vocab = sst.data(config).vocab
   matrix, pretrained = sst.word_vectors(config)
   assert sorted(vocab.tokens[i] for i in np.flatnonzero(pretrained)) == ["(", "film", "good"]
-  summary = training.train_and_evaluate(config, str(tmp_path / "scaled"), sst)
+  summary = training.train_and_evaluate(config, str(tmp_path / "scaled"), sst.TASK)
   check_summary(sst, config, summary)
   scaled = summary["params"]
   # The same step without the first-epoch scaling.
-  monkeypatch.setattr(sst, "wrap_optimizer", lambda config, tx: tx)
+  unscaled = dataclasses.replace(sst.TASK, wrap_optimizer=None)
   config.evals = ml_collections.ConfigDict()
-  plain = training.train_and_evaluate(config, str(tmp_path / "plain"), sst)["params"]
-  monkeypatch.undo()
+  plain = training.train_and_evaluate(config, str(tmp_path / "plain"), unscaled)["params"]
   # Initialisation: the known words' rows are the file's vectors.
   model = sst.build_model(config)
   init = model.init(jax.random.key(0), next(sst.train_data(config)))["params"]
@@ -197,10 +211,10 @@ def test_word_vectors_initialise_and_scale_the_first_epoch(dirs, tmp_path, monke
                              rtol=1e-3, atol=1e-8)
   np.testing.assert_allclose(step_scaled[~pretrained], step_plain[~pretrained], rtol=1e-6)
   # The scaling's step count is in the optimizer state (resumes with a checkpoint).
-  assert loop.make_optimizer(config, sst).init(init)[-1].count == 0
+  assert loop.make_optimizer(config, sst.TASK).init(init)[-1].count == 0
   # The optimizer without word vectors is the plain one.
   config.word_vectors = ""
-  assert jax.tree.structure(loop.make_optimizer(config, sst).init(init)) == \
+  assert jax.tree.structure(loop.make_optimizer(config, sst.TASK).init(init)) == \
       jax.tree.structure(optim.make_optimizer(config).init(init))
 
 

@@ -10,7 +10,9 @@ import sys
 import pytest
 
 import tasks
+from tasks import cnn_dailymail, stories
 from tasks import summarization as summ
+from tasks.configs import summarization as summ_config
 from tests import test_datasets_summarization as fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +26,21 @@ def _cnn_config(tmp_path, **fields):
   c.update(batch_size=2, **fields)
   task.validate_config(c)
   return task, c
+
+
+@pytest.mark.parametrize("name", ["summ_synthetic", "cnn_dailymail", "stories"])
+def test_the_summarization_tasks_are_task_objects_with_beam_submissions(name):
+  task = tasks.get_task(name)
+  assert task.name == name and task.submission_pred == "beam"
+  assert None not in (task.predict_fns, task.text_fns, task.submission, task.to_text)
+  assert task.eval_splits == ("dev", "test") and task.variants == tuple(summ_config.VARIANTS)
+  for variant, cells in summ_config.VARIANTS.items():
+    c = task.get_config(variant)
+    assert c.configuration == variant and c.variant == variant
+    assert (c.model.encoder_cell, c.model.decoder_cell) == (cells["encoder_cell"],
+                                                            cells["decoder_cell"])
+  c = task.get_config()
+  assert c.variant is None and c.configuration == "lead" and c.model.encoder_cell == "lstm"
 
 
 def test_token_sentences_and_decoded_text():
@@ -42,7 +59,7 @@ def test_text_example_lowercases_tokenises_and_drops_empty_sentences():
 
 def test_cnn_dailymail_splits_texts_and_lead3(tmp_path):
   task, c = _cnn_config(tmp_path)
-  d = task.data(c)
+  d = cnn_dailymail.data(c)
   assert {s: len(x) for s, x in d.examples.items()} == {"train": 3, "dev": 1, "test": 1}
   from tasks.datasets import cnn_dailymail as cnndm
   raw = cnndm.load_splits(c.manual_dir, c.data_dir)["validation"][0]
@@ -63,7 +80,7 @@ def test_cnn_dailymail_csv_training_and_missing_split(tmp_path):
                       '1,a2,"Three here.","Third."\n', encoding="utf-8")
   task, c = _cnn_config(tmp_path, train_csv=str(csv_path))
   os.remove(os.path.join(c.manual_dir, "url_lists", "all_test.txt"))
-  d = task.data(c)
+  d = cnn_dailymail.data(c)
   assert len(d.examples["train"]) == 2
   assert d.examples["train"][0]["summary"] == [["first", "."], ["second", "."]]
   with pytest.raises(ValueError, match=r"all_test\.txt was missing.*split=dev"):
@@ -72,7 +89,7 @@ def test_cnn_dailymail_csv_training_and_missing_split(tmp_path):
   bad.write_text("id,text\n1,x\n")
   c.train_csv = str(bad)
   with pytest.raises(ValueError, match=r"lacks the column\(s\) \['article', 'highlights'\]"):
-    task.read_csv(str(bad))
+    cnn_dailymail.read_csv(str(bad))
   for field, value, match in [("train_csv", str(tmp_path / "no.csv"), "is not a file"),
                               ("malformed_stories", "drop", "malformed_stories")]:
     c2 = task.get_config()
@@ -95,14 +112,14 @@ def _stories_config(tmp_path, subtask, **fields):
 @pytest.mark.parametrize("subtask", ["s2s", "sh2s", "s2t"])
 def test_stories_subtasks(tmp_path, subtask):
   task, c = _stories_config(tmp_path, subtask)
-  d = task.data(c)
+  d = stories.data(c)
   assert {s: len(x) for s, x in d.examples.items()} == {"train": 2, "dev": 1, "test": 1}
   first = d.examples["train"][0]             # STORY5: "One." ... "Five." -> count
   words = [s[0] for s in first["article_sentences"]]
   assert sorted(words) == sorted(["one", "two", "three", "four", "five"])
   if subtask == "sh2s":
     assert words != ["one", "two", "three", "four", "five"]      # this seed shuffles it
-    assert task.data(c).examples["train"][0] == first              # fixed per example
+    assert stories.data(c).examples["train"][0] == first           # fixed per example
   else:
     assert words == ["one", "two", "three", "four", "five"]
   expected = [["count"]] if subtask == "s2t" else [["numbers", "."]]
@@ -113,7 +130,7 @@ def test_stories_oods2s_evaluates_on_the_other_dataset_and_errors(tmp_path):
   other = fixtures._stories(tmp_path / "other", files={
       "validation.jsonl": [{"story": "Rivers flow.", "summary": "Water.", "title": "R"}]})
   task, c = _stories_config(tmp_path, "oods2s", ood_manual_dir=other)
-  d = task.data(c)
+  d = stories.data(c)
   assert d.examples["dev"][0]["summary"] == [["water", "."]]
   assert len(d.examples["train"]) == 2
   with pytest.raises(ValueError, match=r"test\.jsonl was missing"):
@@ -131,12 +148,13 @@ def test_stories_oods2s_evaluates_on_the_other_dataset_and_errors(tmp_path):
 
 def test_submission_puts_decoded_next_to_reference(tmp_path):
   task, c = _cnn_config(tmp_path)
-  d = task.data(c)
+  d = cnn_dailymail.data(c)
   batch = next(iter(task.eval_data(c, "dev")))
   rows = task.submission(c, [(batch, {"sequences": batch["targets"]})])
   assert len(rows) == 1                                     # the padded row is dropped
   assert rows[0]["decoded"] == rows[0]["reference"] == summ.reference_text(d.examples["dev"][0])
   assert rows[0]["split"] == "dev" and rows[0]["index"] == 0
+  assert task.to_text(c, batch, 0) == f"{rows[0]['article']} -> {rows[0]['reference']}"
 
 
 def _env():

@@ -7,10 +7,13 @@ import pytest
 import tasks
 from rumjax.evaluators import rouge
 from tasks import summ_synthetic, summarization
+from tasks.configs import summ_synthetic as summ_synthetic_config
+
+TASK = summ_synthetic.TASK
 
 
 def _config(**fields):
-  c = summ_synthetic.default_config("decrum")
+  c = summ_synthetic_config.get_config("decrum")
   c.update(num_train=64, num_eval=8, batch_size=4, **fields)
   summ_synthetic.validate_config(c)
   return c
@@ -34,7 +37,7 @@ def test_batches_point_to_the_article_oovs():
   c = _config()
   d = summ_synthetic.data(c)
   assert len(d.vocab) <= c.vocab_size
-  batch = next(iter(summ_synthetic.eval_data(c, "dev")))
+  batch = next(iter(TASK.eval_data(c, "dev")))
   V = len(d.vocab)
   for r in range(4):
     ex = d.example(batch["key"][r])
@@ -51,8 +54,8 @@ def test_batches_point_to_the_article_oovs():
 def test_text_fns_give_rouge_100_for_the_reference_and_a_lead3_baseline():
   c = _config()
   d = summ_synthetic.data(c)
-  fns = summ_synthetic.text_fns(c)
-  batch = next(iter(summ_synthetic.eval_data(c, "test")))
+  fns = TASK.text_fns(c)
+  batch = next(iter(TASK.eval_data(c, "test")))
   pairs = fns["summary"](batch, {"sequences": batch["targets"]})
   assert len(pairs) == 4 and all(h == r for h, r in pairs)
   assert rouge.rouge_f1(pairs)["rouge1"] == pytest.approx(100.0)
@@ -63,19 +66,22 @@ def test_text_fns_give_rouge_100_for_the_reference_and_a_lead3_baseline():
 
 def test_config_errors():
   task = tasks.get_task("summ_synthetic")
-  assert task.VARIANTS == ("lead", "encrum", "decrum", "allrum")
+  assert task is TASK and task.variants == ("lead", "encrum", "decrum", "allrum")
   assert task.get_config("encrum").model.encoder_cell == "rum"
+  with pytest.raises(ValueError, match=r"unknown summ_synthetic variant 'bothrum'; known "
+                     r"variants are \['lead', 'encrum', 'decrum', 'allrum'\]"):
+    task.get_config("bothrum")
+  with pytest.raises(ValueError, match=r"unknown summ_synthetic split 'valid'; known splits "
+                     r"are \['dev', 'test'\]"):
+    task.eval_data(_config(), "valid")
   for field, value, match in [("configuration", "bothrum", "configuration"),
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
-                              ("cov_loss_wt", -1.0, "cov_loss_wt")]:
+                              ("cov_loss_wt", -1.0, "cov_loss_wt"),
+                              ("model.decoder_cell", "lstmx", "not a registered cell")]:
     c = task.get_config()
-    c[field] = value
+    c.update_from_flattened_dict({field: value})
     with pytest.raises(ValueError, match=match):
       task.validate_config(c)
-  c = task.get_config()
-  c.model.decoder_cell = "lstmx"
-  with pytest.raises(ValueError, match="not a registered cell"):
-    task.validate_config(c)
 
 
 @pytest.mark.parametrize("normalization", ["example", "token"])
@@ -84,7 +90,7 @@ def test_loss_normalization_against_a_loop(normalization):
   its steps, coverage loss included; ``token``: the mean over all real steps."""
   c = _config(loss_normalization=normalization, cov_loss_wt=0.5)
   c.model.coverage = True
-  batch = next(iter(summ_synthetic.eval_data(c, "dev")))
+  batch = next(iter(TASK.eval_data(c, "dev")))
   B, T = batch["targets"].shape
   S = batch["article"].shape[1]
   rng = np.random.default_rng(0)
@@ -121,11 +127,11 @@ def test_beam_decoding_of_a_tiny_trained_model_copies_the_marked_sentence():
   rare words copied from the article through the extended vocabulary."""
   import jax
   import optax
-  c = summ_synthetic.default_config("lead")
+  c = summ_synthetic_config.get_config("lead")
   c.update(num_train=16, num_eval=8, batch_size=16, vocab_size=60, min_dec_steps=0)
   c.model.update(hidden_size=32, embed_dim=16, encoder_cell="lstm", decoder_cell="lstm")
   d = summ_synthetic.data(c)
-  model = summ_synthetic.build_model(c)
+  model = TASK.build_model(c)
   batch = summarization.batch_maker(d.splits["train"], 0.0, "token")(np.arange(16))
   batch["mask"] = np.ones((16,), np.float32)
   params = jax.jit(model.init)(jax.random.key(0), batch)["params"]  # jit: eager init is 2x slower
@@ -142,7 +148,7 @@ def test_beam_decoding_of_a_tiny_trained_model_copies_the_marked_sentence():
   for _ in range(300):
     params, opt, loss = step(params, opt)
   assert float(loss) < 0.05, float(loss)
-  fns = summ_synthetic.predict_fns(c, model)
+  fns = TASK.predict_fns(c, model)
   references = [summarization.summary_tokens(d.example(k)) for k in batch["key"]]
   for pred in ("beam", "greedy"):
     seqs = np.asarray(jax.jit(fns[pred])(params, batch, None)[0]["sequences"])

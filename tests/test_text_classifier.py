@@ -66,6 +66,23 @@ def test_masked_mean_and_last_ignore_padding():
     tc.pool(hs, mask, "max")
 
 
+def test_poolings_and_text_classifiers_are_found_by_name():
+  assert tc.POOLINGS.names() == ["last", "mean"] and tc.POOLINGS.get("mean") is tc.masked_mean
+  with pytest.raises(ValueError, match=r"pooling='max' is unknown; use one of "
+                                       r"\['last', 'mean'\]"):
+    tc.pool(jnp.zeros((1, 2, 3)), jnp.ones((1, 2), bool), "max")
+  assert [tc.text_classifier_class(n).pairs_only for n in NAMES] == [False, False, True, True]
+  with pytest.raises(ValueError, match=r"model 'starsaber' is not a text classifier; the "
+                                       r"text classifiers are \['lstm', 'lstmn', "
+                                       r"'lstmn_deep', 'lstmn_shallow'\]"):
+    tc.build_text_classifier(_model_config("starsaber"), vocab_size=V, num_classes=3)
+  # The recurrent baseline builds its own stacked cell for num_layers > 1; others nothing.
+  assert tc.RecurrentTextClassifier.config_fields(_model_config("lstm")) == {}
+  assert list(tc.RecurrentTextClassifier.config_fields(_model_config("lstm", num_layers=2))
+              ) == ["cell"]
+  assert tc.LSTMNTextClassifier.config_fields(_model_config("lstmn", num_layers=2)) == {}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_padded_token_ids_change_nothing(name):
   """Masked pooling (and masked attention) ignore padding: other padded ids, same logits."""

@@ -183,7 +183,7 @@ def fixed_batch(task, config, *, split: str = "test", rows: int = 128) -> dict:
   which ``cos(theta)`` is followed through training.
 
   Args:
-    task: a task module (``tasks.get_task(name)``).
+    task: a task (``tasks.get_task(name)``).
     config: its config (a ``ConfigDict`` or a mapping, e.g. a workdir's ``config.json``).
   """
   batch = next(iter(task.eval_data(_config_dict(config), split)))

@@ -32,7 +32,7 @@ selection). For a kernel of ndim >= 2 a filter is one output unit, a slice ``[..
 kernel); a vector (GORU's ``thetas``) is one filter, normalised as a whole.
 
 Nothing here imports a task: :func:`first_batch_loss` and :func:`landscape_of_run` take the
-task module (or a name -> task lookup such as ``tasks.get_task``) as an argument.
+task (or a name -> task lookup such as ``tasks.get_task``) as an argument.
 """
 
 import time
@@ -43,8 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.analysis import runs
+from rumjax.registry import Registry
 
-CELLS = ("rum", "goru")
 
 
 class Block(NamedTuple):
@@ -86,11 +86,35 @@ def _is_rum_cell(node: Mapping) -> bool:
           and b == (3 * kh[0],))
 
 
+def _rum_blocks(path: tuple, node: Mapping) -> list[Block]:
+  """RUM, hidden size ``Nh``: ``W^tau_xh``, ``W~_xh`` (of ``kernel_x``) and ``W^tau_hh``."""
+  if not _is_rum_cell(node):
+    return []
+  nh = np.shape(node["kernel_h"])[0]
+  return [Block(path + ("kernel_x",), slice(0, nh), "W^tau_xh"),
+          Block(path + ("kernel_x",), slice(2 * nh, 3 * nh), "W~_xh"),
+          Block(path + ("kernel_h",), slice(0, nh), "W^tau_hh")]
+
+
+def _goru_blocks(path: tuple, node: Mapping) -> list[Block]:
+  """GORU: ``thetas``, the angles of its orthogonal ``U``."""
+  if "thetas" in node and "kernel_h" in node:
+    return [Block(path + ("thetas",), None, "thetas: angles of U")]
+  return []
+
+
+# cell name -> (path, subtree) -> the blocks of that subtree if it is such a cell.
+ROTATION_BLOCKS = Registry("cell with rotation weights")
+ROTATION_BLOCKS.register("rum", _rum_blocks)
+ROTATION_BLOCKS.register("goru", _goru_blocks)
+
+
 def rotation_param_paths(cell_name: str, params: Any) -> list[Block]:
   """The weights used in the rotation (Figure 8), for every such cell in ``params``.
 
   Args:
-    cell_name: ``"rum"`` or ``"goru"`` (``config.model.cell``).
+    cell_name: a name of :data:`ROTATION_BLOCKS` (``config.model.cell``: ``"rum"`` or
+      ``"goru"``).
     params: a model's parameter tree (nested dicts of arrays), e.g.
       ``{"rnn": {"cell": {...}}, "head": {...}}``.
 
@@ -102,18 +126,11 @@ def rotation_param_paths(cell_name: str, params: Any) -> list[Block]:
   Raises:
     ValueError: for another cell, or if ``params`` holds no such cell.
   """
-  if cell_name not in CELLS:
+  if cell_name not in ROTATION_BLOCKS:
     raise ValueError(f"the landscape of Figure 8 varies the rotation weights of a cell in "
-                     f"{list(CELLS)}; cell {cell_name!r} has none.")
-  blocks = []
-  for path, node in _subtrees(params):
-    if cell_name == "rum" and _is_rum_cell(node):
-      nh = np.shape(node["kernel_h"])[0]
-      blocks += [Block(path + ("kernel_x",), slice(0, nh), "W^tau_xh"),
-                 Block(path + ("kernel_x",), slice(2 * nh, 3 * nh), "W~_xh"),
-                 Block(path + ("kernel_h",), slice(0, nh), "W^tau_hh")]
-    elif cell_name == "goru" and "thetas" in node and "kernel_h" in node:
-      blocks.append(Block(path + ("thetas",), None, "thetas: angles of U"))
+                     f"{ROTATION_BLOCKS.names()}; cell {cell_name!r} has none.")
+  blocks_of = ROTATION_BLOCKS.get(cell_name)
+  blocks = [b for path, node in _subtrees(params) for b in blocks_of(path, node)]
   if not blocks:
     raise ValueError(f"no {cell_name!r} cell parameters in this parameter tree (top-level "
                      f"keys {sorted(params) if isinstance(params, Mapping) else params}).")
@@ -338,7 +355,7 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
 
   Args:
     workdir: a training workdir (``config.json`` and checkpoints).
-    get_task: ``name -> task module`` (``tasks.get_task``).
+    get_task: ``name -> task`` (``tasks.get_task``).
     cell: the cell the run must have (``"rum"``, ``"goru"``), or ``None`` for any.
     points: points of the line, ``alphas = linspace(-span, span, points)``.
     grid: points per axis of the plane (``grid x grid``).

@@ -243,7 +243,7 @@ def figure6_of_run(workdir: str, get_task: Callable[[str], Any], *, batch_index:
   Args:
     workdir: a ``launch.train`` workdir of a summarization task (``config.json``,
       checkpoints, ``metrics.jsonl``).
-    get_task: ``name -> task module`` (``tasks.get_task``).
+    get_task: ``name -> task`` (``tasks.get_task``).
     batch_index: which batch of ``split`` (:func:`fixed_batch`) for (c, d).
     split: the split of ``task.eval_data``.
     step: the checkpoint for (c, d) (default: the latest).

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-import rumjax
+from rumjax import core
 from rumjax.benchmarks import timing
 from rumjax.cells.base import resolve_dtype
 from rumjax import sharding
@@ -82,13 +82,13 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
   impl = "reference" if cand.endswith("_ref") else "fast"
   if cand.startswith("lstmn"):
-    params = rumjax.init_lstmn_params(jax.random.key(1), nx, nh, nh)
+    params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
     return (lambda p, x: sum_squares(
-        rumjax.lstmn_scan(cast_params(p, dtype), x, impl=impl)[0])), params
+        core.lstmn_scan(cast_params(p, dtype), x, impl=impl)[0])), params
   lam = 1 if cand.startswith("rum1") else 0
-  params = rumjax.init_rum_params(jax.random.key(1), nx, nh)
+  params = core.init_rum_params(jax.random.key(1), nx, nh)
   return (lambda p, x: sum_squares(
-      rumjax.rum_scan(cast_params(p, dtype), x, lam=lam, impl=impl)[1])), params
+      core.rum_scan(cast_params(p, dtype), x, lam=lam, impl=impl)[1])), params
 
 
 def make_step(cand, shape, dtype=jnp.float32):

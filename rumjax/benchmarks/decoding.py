@@ -10,11 +10,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-import rumjax
+from rumjax import decoding
+from rumjax.cells import RUMCell
 from rumjax.benchmarks import timing
 from rumjax.cells.base import resolve_dtype
+from rumjax.registry import Registry
 
 BOS, EOS = 1, 2
+
+# The decoder cells by name: ``(hidden_size, dtype=...) -> a Flax cell``.
+DECODER_CELLS = Registry("decoder cell")
+DECODER_CELLS.register("gru", nn.GRUCell)
+DECODER_CELLS.register("rum0", functools.partial(RUMCell, lam=0))
+DECODER_CELLS.register("rum1", functools.partial(RUMCell, lam=1))
 
 
 def parse_decode_shape(text):
@@ -27,13 +35,11 @@ def parse_decode_shape(text):
 
 def make_decoder(cell_name, b, nh, vocab, dtype=jnp.float32):
   """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
-  step, dense to the vocabulary, computing in ``dtype`` (float32 logits); random
-  parameters, eos's output bias at -1e9."""
-  if cell_name not in ("gru", "rum0", "rum1"):
-    raise ValueError(f"unknown decoder cell {cell_name!r}: gru, rum0, rum1.")
+  step (:data:`DECODER_CELLS` ``cell_name``), dense to the vocabulary, computing in
+  ``dtype`` (float32 logits); random parameters, eos's output bias at -1e9."""
+  make_cell = DECODER_CELLS.get(cell_name)
   dtype = resolve_dtype(dtype)
-  cell = (nn.GRUCell(nh, dtype=dtype) if cell_name == "gru"
-          else rumjax.RUMCell(nh, lam=int(cell_name[3]), dtype=dtype))
+  cell = make_cell(nh, dtype=dtype)
   embed, out = nn.Embed(vocab, nh, dtype=dtype), nn.Dense(vocab, dtype=dtype)
   k_embed, k_cell, k_out = jax.random.split(jax.random.key(1), 3)
   carry, x = cell.initialize_carry(k_cell, (b, nh)), jnp.zeros((b, nh))
@@ -56,8 +62,8 @@ def make_search(tokens_to_logits, beam, b, max_len, min_len):
   def search(params, carry):
     f = functools.partial(tokens_to_logits, params)
     if not beam:
-      return rumjax.greedy_search(f, carry, **opts)[0]
-    return rumjax.beam_search(f, carry, beam_size=beam, length_normalization="average",
+      return decoding.greedy_search(f, carry, **opts)[0]
+    return decoding.beam_search(f, carry, beam_size=beam, length_normalization="average",
                               **opts)[0][:, 0]
   return jax.jit(search)
 

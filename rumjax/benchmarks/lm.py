@@ -2,9 +2,10 @@
 vs LN-LSTM 1000, ..., and ``flax_lstm1000``: Flax's ``OptimizedLSTMCell(1000)`` as core):
 forward and backward of the mean cross-entropy on random tokens, dropout and zoneout on.
 
-The variants' configs come from ``tasks.ptb``, which the caller passes in
-(``default_config``, ``build_core``): the library never imports a task. ``dtype`` (a name:
-float32 or bfloat16) is the models' ``config.model.dtype``, the precision policy.
+The variants' configs come from the ``ptb`` task, which the caller passes in
+(``get_config``: ``tasks.configs.ptb.get_config``, ``build_core``: ``tasks.ptb.build_core``):
+the library never imports a task. ``dtype`` (a name: float32 or bfloat16) is the models'
+``config.model.dtype``, the precision policy.
 """
 
 import flax.linen as nn
@@ -29,13 +30,12 @@ def parse_lm_shape(text, scale):
   return shape
 
 
-def lm_model(name, scale, default_config, build_core, dtype="float32"):
-  """``(LanguageModel, base)`` of a ``tasks.ptb`` variant or ``flax_lstm1000``, hidden
-  sizes divided by ``scale``, computing in ``dtype`` (a name); ``base`` is the candidate
-  its ratio is taken to. ``default_config(variant)`` and ``build_core(model)``:
-  ``tasks.ptb``'s."""
+def lm_model(name, scale, get_config, build_core, dtype="float32"):
+  """``(LanguageModel, base)`` of a ``ptb`` variant or ``flax_lstm1000``, hidden sizes
+  divided by ``scale``, computing in ``dtype`` (a name); ``base`` is the candidate its ratio
+  is taken to. ``get_config(variant)`` and ``build_core(model)``: the ``ptb`` task's."""
   variant = "lstm1000" if name == "flax_lstm1000" else name
-  m = default_config(variant).model
+  m = get_config(variant).model
   for field in LM_SIZES:
     if field in m:
       m[field] = max(1, round(m[field] / scale))
@@ -62,12 +62,12 @@ def make_lm_step(model, b, t):
   return step, (params, carry, tokens, jax.random.key(2))
 
 
-def run_lm(names, shape, scale, repeats, default_config, build_core, dtype="float32"):
+def run_lm(names, shape, scale, repeats, get_config, build_core, dtype="float32"):
   """Times the language models' training steps in ``dtype``, alternated per round."""
   b, t = shape
   runs, rows = {}, {}
   for name in names:
-    model, base = lm_model(name, scale, default_config, build_core, dtype)
+    model, base = lm_model(name, scale, get_config, build_core, dtype)
     f, args = make_lm_step(model, b, t)
     runs[name], compile_s, _ = timing.compile_and_run(f, *args)
     rows[name] = {"base": base, "compile_s": compile_s,

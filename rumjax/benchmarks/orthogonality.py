@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import rumjax
+from rumjax import core
 from rumjax.core import rum as rum_lib
 
 VARIANTS = ("float32", "bfloat16", "bfloat16_naive")
@@ -98,7 +98,7 @@ def drift(variant: str, params, xs, ts: Sequence[int], eta: float = 1.0,
     dtype = jnp.float32 if variant == "float32" else jnp.bfloat16
     params = jax.tree.map(lambda p: jnp.asarray(p, dtype), params)
     carry = rum_lib.initial_carry((b,), nh, 1, dtype)
-    run = lambda c, x: rumjax.rum_scan(params, x.astype(dtype), lam=1, eta=eta, h0=c,
+    run = lambda c, x: core.rum_scan(params, x.astype(dtype), lam=1, eta=eta, h0=c,
                                        impl=impl)[0]
   errors, start = [], 0
   for t in ts:
@@ -112,7 +112,7 @@ def run_drift(ts: Sequence[int] = (10, 100, 1000, 4000, 10000), nh: int = 64,
               nx: int = 64, batch: int = 4, eta: float = 1.0, seed: int = 0,
               variants: Sequence[str] = VARIANTS, impl: str = "fast") -> dict:
   """The drift of every variant on the same parameters and inputs; a JSON-able dict."""
-  params = rumjax.init_rum_params(jax.random.key(seed), nx, nh)
+  params = core.init_rum_params(jax.random.key(seed), nx, nh)
   xs = jax.random.normal(jax.random.key(seed + 1), (batch, max(ts), nx))
   out = {"settings": dict(nh=nh, nx=nx, batch=batch, eta=eta, seed=seed, lam=1,
                           activation="relu", impl=impl, jax=jax.__version__,

@@ -52,14 +52,13 @@ from rumjax.cells.base import check_probability
 from rumjax.models.fusion import DeepFusion, ShallowFusion
 from rumjax.models import precision
 from rumjax.models.lstmn import StackedLSTMN
-from rumjax.models.registry import build_model, register_model
+from rumjax.models.registry import MODELS, build_model, model_fields, register_model
 from rumjax.models.sequence import run_recurrence
+from rumjax.registry import Registry
 
 Array = jax.Array
 
-POOLINGS = ("mean", "last")
 PAIR_KEYS = ("premise", "hypothesis")
-PAIR_MODELS = ("lstmn_shallow", "lstmn_deep")
 
 
 # ------------------------------------------------------------------------- pieces
@@ -88,13 +87,23 @@ def last_real(hs: Array, mask: Array) -> Array:
   return jnp.where(jnp.any(mask, axis=1)[:, None], out, 0.0)
 
 
+# ``config.model.pooling``: the sentence vector of a hidden tape, ``(hs, mask) -> [B, H]``.
+POOLINGS = Registry("pooling")
+POOLINGS.register("mean", masked_mean)
+POOLINGS.register("last", last_real)
+
+
+def _check_pooling(pooling: str, where: str = "") -> None:
+  if pooling not in POOLINGS:
+    raise ValueError(f"{where}pooling={pooling!r} is unknown; use one of "
+                     f"{POOLINGS.names()}.")
+
+
 def pool(hs: Array, mask: Array, pooling: str) -> Array:
-  """``"mean"`` (:func:`masked_mean`) or ``"last"`` (:func:`last_real`): [B, T, H] -> [B, H]."""
-  if pooling == "mean":
-    return masked_mean(hs, mask)
-  if pooling == "last":
-    return last_real(hs, mask)
-  raise ValueError(f"pooling={pooling!r} is unknown; use one of {list(POOLINGS)}.")
+  """The pooling registered as ``pooling`` (:data:`POOLINGS`: ``"mean"``,
+  :func:`masked_mean`; ``"last"``, :func:`last_real`): [B, T, H] -> [B, H]."""
+  _check_pooling(pooling)
+  return POOLINGS.get(pooling)(hs, mask)
 
 
 def pretrained_init(matrix: Callable[[], np.ndarray]) -> Callable:
@@ -171,6 +180,21 @@ class TextClassifier(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
 
+  pairs_only = False  # reads sentence pairs only (the fusion models)
+
+  @classmethod
+  def config_fields(cls, model_config: Mapping[str, Any]) -> dict:
+    """Fields this model builds from ``config.model`` itself (beyond
+    :func:`rumjax.models.build_model`'s); none here."""
+    del model_config
+    return {}
+
+  def attention_stack(self, params: Mapping[str, Any], sentence: Optional[str]) -> tuple:
+    """``(stack params {"layer_k": ...}, skip_input)`` of the LSTMN whose intra-attention
+    :func:`intra_attention` reads; this model has none."""
+    raise ValueError(f"{type(self).__name__} has no intra-attention; train an 'lstmn' "
+                     "model (config.model.name).")
+
   # Subclasses: one sentence -> hs <[B, T, H]>; a pair -> (premise tape, hypothesis tape).
   def encode(self, xs: Array, mask: Array, train: bool, name: str) -> Array:
     raise NotImplementedError
@@ -183,8 +207,7 @@ class TextClassifier(nn.Module):
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
     """Logits <float>[B, num_classes] of one sentence or a pair (module docstring)."""
-    if self.pooling not in POOLINGS:
-      raise ValueError(f"pooling={self.pooling!r} is unknown; use one of {list(POOLINGS)}.")
+    _check_pooling(self.pooling)
     check_probability("dropout_rate", self.dropout_rate)
     embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=self.embedding_init,
                      dtype=self.dtype, param_dtype=self.param_dtype, name="embed")
@@ -218,6 +241,16 @@ class RecurrentTextClassifier(TextClassifier):
   """
   cell: Optional[nn.RNNCellBase] = None
 
+  @classmethod
+  def config_fields(cls, model_config):
+    """``num_layers > 1``: a :class:`rumjax.cells.stacked.StackedCells` of that many cells
+    (no dropout between them) as ``cell``."""
+    if model_config.get("num_layers", 1) <= 1:
+      return {}
+    from rumjax.cells import stacked
+    return {"cell": stacked.stacked_from_config(precision.resolve(model_config),
+                                                dropout_rate=0.0)}
+
   def encode(self, xs, mask, train, name):
     if self.cell is None:
       raise ValueError("model 'lstm' needs a cell (config.model.cell).")
@@ -241,6 +274,10 @@ class LSTMNTextClassifier(TextClassifier):
   memory_span: Optional[int] = None
   skip_input: bool = False
   impl: str = "fast"
+
+  def attention_stack(self, params, sentence):
+    name = "encoder" if sentence is None else f"{sentence}_encoder"
+    return params[name], self.skip_input
 
   def encode(self, xs, mask, train, name):
     stack = StackedLSTMN(self.num_layers, self.hidden_size,
@@ -268,6 +305,14 @@ class FusionTextClassifier(TextClassifier):
 
   fusion_cls = None  # ShallowFusion or DeepFusion
   registered_name = ""
+  pairs_only = True
+
+  def attention_stack(self, params, sentence):
+    if sentence != "premise":
+      raise ValueError(f"model {self.registered_name!r}: only the premise's intra-"
+                       "attention (its LSTMN encoder) is available: sentence='premise' "
+                       "(launch.attention --role=premise).")
+    return {"layer_0": params["fusion"]["encoder"]}, False
 
   def encode(self, xs, mask, train, name):
     raise ValueError(f"model {self.registered_name!r} reads a sentence pair "
@@ -317,15 +362,17 @@ def check_model_config(model: Mapping[str, Any], names: Sequence[str]) -> None:
     names: the model names this task accepts.
   """
   where = "config.model"
+  cls = text_classifier_class(model["name"])
   if model["name"] not in names:
-    pair = model["name"] in PAIR_MODELS
     raise ValueError(f"{where}.name={model['name']!r} is not a model of this task"
-                     f"{' (it reads sentence pairs: snli)' if pair else ''}; its models "
-                     f"are {list(names)}.")
-  if model["name"] != "lstm" and model["cell"] != "lstm":
-    raise ValueError(f"{where}.cell={model['cell']!r} is read only by {where}.name='lstm' "
-                     f"(the recurrent baseline); {model['name']!r} has no cell. Set "
-                     f"--config.model.name=lstm to train a {model['cell']!r} encoder.")
+                     f"{' (it reads sentence pairs: snli)' if cls.pairs_only else ''}; its "
+                     f"models are {list(names)}.")
+  with_cell = [n for n in names if "cell" in model_fields(text_classifier_class(n))]
+  if "cell" not in model_fields(cls) and model["cell"] != "lstm":
+    raise ValueError(f"{where}.cell={model['cell']!r} is read only by {where}.name in "
+                     f"{with_cell} (the recurrent baseline); {model['name']!r} has no cell. "
+                     f"Set --config.model.name={with_cell[0] if with_cell else 'lstm'} to "
+                     f"train a {model['cell']!r} encoder.")
   minimum = {"num_layers": 1, "embed_dim": 1, "mlp_layers": 0, "mlp_size": 1,
              "attn_size": 1, "memory_span": 1, "inter_size": 1}
   optional = ("mlp_layers", "mlp_size", "attn_size", "memory_span", "inter_size")
@@ -335,11 +382,10 @@ def check_model_config(model: Mapping[str, Any], names: Sequence[str]) -> None:
     if not _is_int(model[field]) or model[field] < low:
       raise ValueError(f"{where}.{field}={model[field]!r} must be an integer >= {low}"
                        f"{' (or None)' if field in optional else ''}.")
-  if model["name"] in PAIR_MODELS and model["num_layers"] != 1:
+  if cls.pairs_only and model["num_layers"] != 1:
     raise ValueError(f"{where}.num_layers={model['num_layers']!r}: {model['name']!r} has "
                      "one LSTMN per sentence (encoder and decoder); set it to 1.")
-  if model["pooling"] not in POOLINGS:
-    raise ValueError(f"{where}.pooling={model['pooling']!r} must be one of {list(POOLINGS)}.")
+  _check_pooling(model["pooling"], f"{where}.")
   rate = model["dropout_rate"]
   if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
     raise ValueError(f"{where}.dropout_rate={rate!r} must be in [0, 1).")
@@ -350,19 +396,28 @@ def check_model_config(model: Mapping[str, Any], names: Sequence[str]) -> None:
       raise ValueError(f"{where}.{field}={model[field]!r} must be True or False.")
 
 
+def text_classifier_class(name: str) -> type:
+  """The :class:`TextClassifier` registered as ``name``; ``ValueError`` (one line) for an
+  unknown name or a model that is not a text classifier."""
+  cls = MODELS.get(name)
+  if not (isinstance(cls, type) and issubclass(cls, TextClassifier)):
+    text = sorted(n for n, c in MODELS.items()
+                  if isinstance(c, type) and issubclass(c, TextClassifier))
+    raise ValueError(f"model {name!r} is not a text classifier; the text classifiers are "
+                     f"{text}.")
+  return cls
+
+
 def build_text_classifier(model_config: Mapping[str, Any], *, vocab_size: int,
                           num_classes: int, embedding_init: Optional[Callable] = None
                           ) -> TextClassifier:
   """The model ``model_config["name"]`` (:func:`rumjax.models.build_model`) with the data's
-  sizes; for ``"lstm"`` with ``num_layers > 1`` a :class:`rumjax.cells.stacked.StackedCells`
-  of ``num_layers`` cells (no dropout between them)."""
+  sizes and the fields the model builds itself (:meth:`TextClassifier.config_fields`: for
+  ``"lstm"`` with ``num_layers > 1`` a :class:`rumjax.cells.stacked.StackedCells`)."""
   kwargs = dict(vocab_size=vocab_size, num_classes=num_classes)
   if embedding_init is not None:
     kwargs["embedding_init"] = embedding_init
-  if model_config["name"] == "lstm" and model_config.get("num_layers", 1) > 1:
-    from rumjax.cells import stacked
-    kwargs["cell"] = stacked.stacked_from_config(precision.resolve(model_config),
-                                                 dropout_rate=0.0)
+  kwargs.update(text_classifier_class(model_config["name"]).config_fields(model_config))
   return build_model(model_config, **kwargs)
 
 
@@ -408,17 +463,7 @@ def intra_attention(model: TextClassifier, params: Mapping[str, Any],
                      f"{'None' if 'inputs' in batch else repr(PAIR_KEYS[0])}.")
   tokens = jnp.asarray(batch[key])
   mask = length_mask(tokens, batch.get("lengths" if sentence is None else f"{key}_lengths"))
+  stack, skip_input = model.attention_stack(params, sentence)
   xs = jnp.asarray(params["embed"]["embedding"])[tokens]
-  if isinstance(model, LSTMNTextClassifier):
-    name = "encoder" if sentence is None else f"{sentence}_encoder"
-    return _stack_attention(params[name], xs, mask, skip_input=model.skip_input,
-                            memory_span=model.memory_span)
-  if isinstance(model, FusionTextClassifier):
-    if sentence != "premise":
-      raise ValueError(f"model {model.registered_name!r}: only the premise's intra-"
-                       "attention (its LSTMN encoder) is available: sentence='premise' "
-                       "(launch.attention --role=premise).")
-    return _stack_attention({"layer_0": params["fusion"]["encoder"]}, xs, mask,
-                            skip_input=False, memory_span=model.memory_span)
-  raise ValueError(f"{type(model).__name__} has no intra-attention; train an 'lstmn' "
-                   "model (config.model.name).")
+  return _stack_attention(stack, xs, mask, skip_input=skip_input,
+                          memory_span=model.memory_span)

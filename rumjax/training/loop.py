@@ -359,7 +359,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
       :class:`~rumjax.training.workdir.WorkdirError` before anything is written).
       Resuming drops (to ``metrics.discarded.jsonl``) the ``metrics.jsonl`` records
       written after the checkpoint it resumes from, since they are computed again.
-    task: the task module (or any object with the task contract of WORKSPACE.md).
+    task: a ``tasks.base.Task`` (the task contract of WORKSPACE.md).
     hooks: :mod:`rumjax.training.hooks` objects (periodic callbacks, early stopping, a
       wall-clock budget), called in order.
     stop: a :class:`StopRequest` already entered by the caller (``launch.train`` enters
@@ -553,7 +553,7 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
     config: the task config the checkpoint was trained with.
     workdir: a training workdir, or the ``best`` folder an :class:`EarlyStopping` hook
       keeps in it.
-    task: the task module.
+    task: the task.
     step: the checkpoint step (default: the latest one).
     names: the evaluators to run (keys of ``config.evals``; default: all).
 

@@ -22,6 +22,7 @@ from absl import logging
 
 from rumjax import configs, experiments, utils
 from tasks import babi as babi_task
+from tasks.configs import babi as babi_config
 
 # The sub-tasks as named in the paper's table (workshop version, Table 4); the files use
 # tasks.datasets.babi.TASK_NAMES ("single-supporting-fact", ...).
@@ -70,7 +71,7 @@ PAPER_MEAN = {("word", "urnn", None, False): 51.6, ("word", "eurnn", None, False
               ("sentence", "rum", 0, False): 75.1, ("sentence", "rum", 0, True): 74.3,
               ("sentence", "rum", 1, False): 79.0, ("sentence", "rum", 1, True): 80.1}
 TABLE2_LSTM_WESTON_MEAN = 49.2  # TACL Table 2, line 1
-EPOCHS = 20  # the default number of training epochs per sub-task (appendix C)
+EPOCHS = babi_config.EPOCHS  # the default training epochs per sub-task (appendix C)
 PASS_ACCURACY = 0.95  # a sub-task is "passed" at >= 95% test accuracy (Weston et al.)
 VERSION_LABELS = {"en-10k": "10k", "en": "1k"}
 
@@ -143,7 +144,7 @@ def data_version(k: int, settings: Settings) -> str:
   ``settings.fallback_version`` when a file of the former is missing from the manual
   dir and the latter's are all there (with no manual dir: the download has them all)."""
   manual_dir = (settings.manual_dir if settings.manual_dir is not None
-                else babi_task.default_manual_dir())
+                else babi_config.default_manual_dir())
   fallback = settings.fallback_version
   if not manual_dir or not fallback or fallback == settings.version:
     return settings.version
@@ -160,7 +161,7 @@ def subtask_config(k: int, settings: Settings):
   counts for early stopping too); validated."""
   variant = ("word" if settings.level == "word" else
              "sentence_attention" if settings.attention else "sentence")
-  config = babi_task.default_config(variant)
+  config = babi_task.TASK.get_config(variant)
   updates = {"babi_task": k, "version": data_version(k, settings),
              "model.cell": settings.cell, "model.lam": settings.lam,
              "model.hidden_size": settings.hidden_size, "seed": settings.seed,
@@ -168,7 +169,7 @@ def subtask_config(k: int, settings: Settings):
   if settings.manual_dir is not None:
     updates["manual_dir"] = settings.manual_dir
   configs.set_fields(config, {**updates, **settings.sets})
-  epoch = math.ceil(babi_task.PAPER_TRAIN_QUESTIONS[config.version] / config.batch_size)
+  epoch = math.ceil(babi_config.PAPER_TRAIN_QUESTIONS[config.version] / config.batch_size)
   with config.unlocked():
     config.eval_every = settings.eval_every or epoch
     config.checkpoint_every = config.get_ref("eval_every")
@@ -224,7 +225,7 @@ def run_subtask(k: int, config, subdir: str, settings: Settings) -> dict:
     record = utils.read_json(os.path.join(subdir, experiments.RESULT_FILE))
   if record is None:
     record = experiments.train_with_early_stopping(
-        config, subdir, babi_task, metric="eval_accuracy", patience=settings.patience,
+        config, subdir, babi_task.TASK, metric="eval_accuracy", patience=settings.patience,
         budget_seconds=left, info={"babi_task": k})
   return row(record, config)
 

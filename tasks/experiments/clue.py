@@ -1,5 +1,5 @@
 """The StarSaber paper's CLUE experiments as data (ICLR 2021 submission, §4, Tables 1, 3, 5-7):
-model sizes (dotted-field overrides of ``tasks.clue.default_config``) and the published
+model sizes (dotted-field overrides of ``tasks.configs.clue.get_config``) and the published
 dev/test accuracies, for RESULTS.md and for runs at the paper's sizes::
 
     python -m launch.train --task=afqmc --variant=mlm --workdir=/tmp/pre \\

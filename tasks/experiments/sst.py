@@ -4,7 +4,7 @@ accuracy at the best dev checkpoint, for ``launch.reproduce``::
     python -m launch.reproduce --experiment=sst_binary,sst_fine --workdir=/tmp/sst_seeds \\
         --seeds=0,1,2 --budget_minutes=20 --eval_batches_during=0
 
-Every model starts from the variant's config (``tasks.sst.default_config("binary")``:
+Every model starts from the variant's config (``tasks.configs.sst.get_config("binary")``:
 hidden/memory 168, embedding 300 from scratch unless ``word_vectors``, Adam 2e-3, L2 1e-4,
 batch 5, dropout 0.5, 10 epochs, dev every epoch) and keeps the best dev checkpoint
 (early stopping on ``eval_accuracy`` with a patience beyond the 10 evaluations, so it never
@@ -49,7 +49,7 @@ def notes(summary: dict) -> list[str]:
 def experiment(variant: str) -> experiments.Experiment:
   """``sst_<variant>``: LSTM and LSTMN on the ``binary`` or ``fine`` variant."""
   return experiments.Experiment(
-      name=f"sst_{variant}", task=sst_task, variant=variant, models=MODELS, tiny=TINY,
+      name=f"sst_{variant}", task=sst_task.TASK, variant=variant, models=MODELS, tiny=TINY,
       paper={k: {"test_accuracy_pct": v} for k, v in TABLE2[variant].items()},
       paper_source="LSTMN paper, Table 2", columns=COLUMNS, notes=notes)
 

@@ -5,7 +5,7 @@ the synthetic task, for ``launch.reproduce`` at equal steps::
     python -m launch.reproduce --experiment=summ_synthetic --workdir=/tmp/summ_seeds \\
         --steps=2000 --seeds=0,1,2
 
-Every model starts from ``tasks.summ_synthetic.default_config("lead")`` (embedding 64,
+Every model starts from ``tasks.configs.summ_synthetic.get_config("lead")`` (embedding 64,
 hidden 128, Adam 1e-3, batch 32, See et al.'s per-example loss, beam 4; ROUGE of the beam
 search on test at the end) and changes only the cells. The paper's numbers are on
 CNN/DailyMail (Table 4), not on this task: they say how the configurations ranked there.
@@ -13,15 +13,15 @@ CNN/DailyMail (Table 4), not on this task: they say how the configurations ranke
 
 from rumjax import experiments
 from tasks import summ_synthetic
-from tasks import summarization as summ
+from tasks.configs import summarization as summ_config
 
 LABELS = {"lead": "LEAD (LSTM / LSTM)", "encrum": "encRUM (RUM / LSTM)",
           "decrum": "decRUM (LSTM / RUM)", "allrum": "allRUM (RUM / RUM)"}
 
 # key -> (label, dotted-field overrides of the "lead" config): the configuration's cells.
-MODELS = {k: (LABELS[k], {"configuration": k, "model.encoder_cell": encoder,
-                          "model.decoder_cell": decoder})
-          for k, (encoder, decoder) in summ.CELLS.items()}
+MODELS = {k: (LABELS[k], {"configuration": k, **{f"model.{field}": cell
+                                                for field, cell in cells.items()}})
+          for k, cells in summ_config.VARIANTS.items()}
 
 # Table 4 (CNN/DailyMail test, ROUGE-1 / 2 / L): the lines without coverage where there is
 # one, else the paper's only line for the configuration.
@@ -45,6 +45,6 @@ COLUMNS = (
 )
 
 EXPERIMENTS = {"summ_synthetic": experiments.Experiment(
-    name="summ_synthetic", task=summ_synthetic, variant="lead", models=MODELS, tiny=TINY,
+    name="summ_synthetic", task=summ_synthetic.TASK, variant="lead", models=MODELS, tiny=TINY,
     paper={k: {"rouge": v} for k, v in TABLE4.items()},
     paper_source="Table 4 (CNN/DailyMail; not this task)", columns=COLUMNS)}

@@ -26,7 +26,11 @@ while ``step < until_step`` (the first epoch: :func:`steps_per_epoch`)::
         scale_embedding_rows("embed/embedding", sst_row_scale(pretrained),
                              until_step=steps_per_epoch(num_train, batch_size)))
 
-(the ``sst`` and ``snli`` tasks do this in their ``wrap_optimizer``). Placement: before the optimizer it scales the *gradients* (the paper's wording); after
+(the ``sst`` and ``snli`` tasks do this in their ``wrap_optimizer`` through
+:func:`wrap_first_epoch`; :func:`config_word_vectors`, :func:`embedding_init` and
+:func:`check_word_vectors` are the ``config.word_vectors`` plumbing the text tasks share).
+
+Placement: before the optimizer it scales the *gradients* (the paper's wording); after
 it, the *updates* (the step of those rows). Under Adam these differ: Adam divides by the
 running RMS of the gradients it sees, so a constant factor on a row's gradients leaves its
 steps unchanged in epoch 1 (x0.35 before Adam: step ratio 1.00 measured) and makes them
@@ -37,6 +41,7 @@ either way (before Adam their moments stay 0, so their first steps after ``until
 are larger than usual).
 """
 
+import functools
 import gzip
 import math
 import os
@@ -47,6 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from rumjax.models.text_classifier import pretrained_init
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -296,3 +303,56 @@ def scale_first_epoch(tx: optax.GradientTransformation, row_scale, num_train: in
   steps are scaled (see the module docstring); the tasks' ``wrap_optimizer``."""
   return optax.chain(tx, scale_embedding_rows(
       target, row_scale, until_step=steps_per_epoch(num_train, batch_size)))
+
+
+# ------------------------------------------------------------- config.word_vectors
+
+
+def check_word_vectors(config, what: str = "GloVe/word2vec text file (.txt or .txt.gz)"
+                       ) -> None:
+  """``ValueError`` (one line) unless ``config.word_vectors`` is ``""`` or an existing file
+  (``what`` says which kind)."""
+  path = config["word_vectors"]
+  if not isinstance(path, str):
+    raise ValueError(f"config.word_vectors={path!r} must be a path or ''.")
+  if path and not os.path.isfile(os.path.expanduser(path)):
+    raise ValueError(f"config.word_vectors={path!r} is not a file; give a {what} or '' "
+                     "(embeddings trained from scratch).")
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_vectors(path: str, tokens: tuple, dim: int, seed: int):
+  return load_word_vectors(path, tokens, dim, seed=seed)
+
+
+def config_word_vectors(config, vocab) -> tuple[np.ndarray, np.ndarray]:
+  """``(matrix <float32>[V, embed_dim], pretrained <bool>[V])`` of the file
+  ``config.word_vectors`` for ``vocab`` (a :class:`tasks.text.Vocabulary`), loaded once per
+  process and (file, vocabulary, ``config.model.embed_dim``, ``config.seed``); OOV rows
+  N(0, 1) drawn from ``config.seed`` (:func:`load_word_vectors`)."""
+  return _cached_vectors(os.path.expanduser(config.word_vectors), tuple(vocab.tokens),
+                         config.model.embed_dim, config.seed)
+
+
+def embedding_init(config, vocab) -> Optional[Callable]:
+  """The embedding's initializer: ``None`` (the model's default) without
+  ``config.word_vectors``, else the file's matrix
+  (:func:`rumjax.models.text_classifier.pretrained_init`, read when parameters are
+  initialised)."""
+  if not config.word_vectors:
+    return None
+  return pretrained_init(lambda: config_word_vectors(config, vocab)[0])
+
+
+def wrap_first_epoch(config, tx: optax.GradientTransformation, data: Callable[[Any], Any],
+                     row_scale: Callable[[np.ndarray], np.ndarray]
+                     ) -> optax.GradientTransformation:
+  """A text task's ``wrap_optimizer``: ``tx`` unchanged without ``config.word_vectors``;
+  with them, :func:`scale_first_epoch` of ``row_scale(pretrained)`` (e.g.
+  :func:`sst_row_scale`) for the first epoch of ``data(config)`` (the task's encoded data:
+  ``.vocab`` and ``.size("train")``) in batches of ``config.batch_size``."""
+  if not config.word_vectors:
+    return tx
+  d = data(config)
+  _, pretrained = config_word_vectors(config, d.vocab)
+  return scale_first_epoch(tx, row_scale(pretrained), d.size("train"), config.batch_size)
