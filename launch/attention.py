@@ -21,7 +21,7 @@ from absl import flags
 
 import launch
 import tasks
-from rumjax.analysis import landscape
+from rumjax.analysis import runs
 from rumjax.plotting import attention as plotting_attention
 from rumjax.models import text_classifier
 
@@ -47,8 +47,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 def run(values) -> str:
   """Computes and draws the attention for parsed flag ``values``; returns the PNG's path."""
   try:
-    task, config, step, params = landscape.load_run(values.workdir, tasks.get_task,
-                                                    values.step)
+    task, config, step, params = runs.load_run(values.workdir, tasks.get_task,
+                                                 values.step)
     if task.sentence_batch is None:
       raise ValueError(f"task {config.task!r} has no sentence_batch: attention pictures "
                        "are for the sst and snli tasks.")

@@ -1,5 +1,7 @@
 """Sequence models built from cells by name: shapes, modes, lengths, and a little learning."""
 
+import importlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -115,7 +117,7 @@ def test_task_models_have_the_task_shapes(task_name):
   out = jax.eval_shape(
       lambda v, b: model.apply(v, b, train=True, rngs={"dropout": jax.random.key(1)}),
       variables, batch)
-  expected = batch["targets"].shape + (task.NUM_CLASSES,)
+  expected = batch["targets"].shape + (importlib.import_module(f"tasks.{task_name}").NUM_CLASSES,)
   assert out.shape == expected
   loss, metrics = jax.eval_shape(task.loss_and_metrics, out, batch)
   assert loss.shape == () and {"loss", "accuracy"} <= set(metrics)

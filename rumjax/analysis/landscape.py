@@ -307,9 +307,6 @@ def count_local_minima_2d(values) -> int:
 # -------------------------------------------------------------------- a trained run
 
 
-load_run = runs.load_run
-
-
 def first_batch_loss(task, config) -> tuple[Callable, dict]:
   """The loss of Figure 8: ``params -> task loss`` on the first training batch.
 
@@ -372,7 +369,7 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
     ``local_minima_2d``, ``seconds``.
   """
   start = time.perf_counter()
-  task, config, step, params = load_run(workdir, get_task)
+  task, config, step, params = runs.load_run(workdir, get_task)
   run_cell = config.model.get("cell")
   if cell is not None and run_cell != cell:
     raise ValueError(f"{workdir!r} is a {run_cell!r} run; expected a {cell!r} run.")
