@@ -2,7 +2,7 @@
 
 The functional core::
 
-    from rumjax import rotation_matrix, rotate, rum_scan, init_rum_params, RUMCell
+    from rumjax import rotation_matrix, rotate, rotation_power, rum_scan, init_rum_params, RUMCell
     from rumjax import lstmn_scan, init_lstmn_params   # the LSTMN (Cheng et al., 2016)
 
 The equations live in ``rumjax.core``; around them ``rumjax.cells`` (recurrent cells by
@@ -16,7 +16,8 @@ from rumjax import decoding
 from rumjax.cells import RUMCell, cell_names, make_cell, register_cell
 from rumjax.decoding import beam_search, greedy_search
 from rumjax.core import (ACTIVATIONS, init_lstmn_params, init_rum_params, init_starsaber_params,
-                         lstmn_scan, rotate, rotation_matrix, rotation_plane, rum_scan,
+                         lstmn_scan, rotate, rotation_matrix, rotation_plane, rotation_power,
+                         rum_scan,
                          rum_step, starsaber_gate_layer, starsaber_layer)
 
 __version__ = "0.1.0"
@@ -24,6 +25,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ACTIVATIONS", "RUMCell", "beam_search", "cell_names", "decoding", "greedy_search",
     "init_lstmn_params", "init_rum_params", "init_starsaber_params", "lstmn_scan", "make_cell",
-    "register_cell", "rotate", "rotation_matrix", "rotation_plane", "rum_scan", "rum_step",
+    "register_cell", "rotate", "rotation_matrix", "rotation_plane", "rotation_power", "rum_scan", "rum_step",
     "starsaber_gate_layer", "starsaber_layer",
 ]

@@ -97,7 +97,7 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   m.name = name
   m.cell = "rum"
   m.hidden_size = 100
-  m.lam = 1
+  m.lam = 1.0   # a float, so that --config.model.lam=0.5 parses (any real >= 0)
   m.eta = config_dict.placeholder(float)
   m.activation = "relu"
   m.update_gate = True

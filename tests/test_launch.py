@@ -86,7 +86,7 @@ def test_help_documents_every_flag():
                         "'cnn_dailymail', 'copying', 'ptb', 'recall', 'snli', 'sst', "
                         "'stories', 'summ_synthetic', 'tnews']; did you mean 'copying'?"),
     (["--cell=rnm"], "config.model.cell: unknown cell 'rnm'; known cells are ['eurnn'"),
-    (["--config.model.lam=2"], "config.model.lam"),
+    (["--config.model.lam=-1"], "config.model.lam"),
     (["--config.nosuchfield=3"], "unknown config field 'nosuchfield' (top-level fields: "),
     (["--config.learning_rat=3"], "unknown config field 'learning_rat' (closest: "
                                   "learning_rate"),

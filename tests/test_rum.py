@@ -11,7 +11,9 @@ import pytest
 from jax.test_util import check_grads
 
 import rumjax
-from tests.reference import rum_reference
+from tests.reference import ACTIVATIONS as REF_ACTIVATIONS
+from tests.reference import rotation_eq1, rum_reference
+from tests.test_rotation_power import power_reference
 
 enable_x64 = lambda: jax.enable_x64(True)
 
@@ -163,8 +165,9 @@ def test_init_rum_params_layout():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(lam=2), "lam=2"),
-    (dict(lam=0.5), "lam=0.5"),
+    (dict(lam=-1), "lam=-1.*>= 0"),
+    (dict(lam=-0.5), "lam=-0.5.*>= 0"),
+    (dict(lam="1"), "lam='1'"),
     (dict(eta=0.0), "eta=0.0"),
     (dict(eta=-1.0), "eta=-1.0"),
     (dict(activation="gelu"), "activation='gelu'.*relu"),
@@ -200,3 +203,73 @@ def test_property_memory_orthogonal_and_norm(nh, nx, t, seed, eta):
                              np.broadcast_to(np.eye(nh), r.shape), atol=1e-5)
   if eta is not None:
     np.testing.assert_allclose(jnp.linalg.norm(hs, axis=-1), eta, rtol=1e-5)
+
+
+# ------------------------------------------------------------ a real lam (issue 29)
+
+
+def rum_reference_real_lam(params, xs, *, lam, eta, activation):
+  """Algorithm 1 with ``R_t = (R_{t-1})^lam Rotation(e_t, tau_t)``, one example at a time,
+  float64 numpy, the power by numpy's eigendecomposition (tests/test_rotation_power.py)."""
+  kx, kh, bias = (np.asarray(params[k], np.float64) for k in ("kernel_x", "kernel_h", "bias"))
+  nh = kh.shape[0]
+  hs, rs = np.zeros(xs.shape[:2] + (nh,)), []
+  for i, seq in enumerate(np.asarray(xs, np.float64)):
+    h, r = np.zeros(nh), np.eye(nh)
+    for t, x in enumerate(seq):
+      tau = x @ kx[:, :nh] + h @ kh[:, :nh] + bias[:nh]
+      u = 1.0 / (1.0 + np.exp(-(x @ kx[:, nh:2 * nh] + h @ kh[:, nh:] + bias[nh:2 * nh])))
+      e = x @ kx[:, 2 * nh:] + bias[2 * nh:]
+      r = power_reference(r, lam) @ rotation_eq1(e, tau)
+      h = u * h + (1 - u) * REF_ACTIVATIONS[activation](e + r @ h)
+      if eta is not None:
+        h = eta * h / np.linalg.norm(h)
+      hs[i, t] = h
+    rs.append(r)
+  return np.stack(rs), hs
+
+
+@pytest.mark.parametrize("lam,eta", [(0.5, None), (0.25, 1.3), (2.0, None)])
+def test_real_lam_matches_a_python_loop_of_algorithm_1(lam, eta):
+  with enable_x64():
+    params = _params(21, 3, 5, jnp.float64)
+    xs = _xs(22, 2, 8, 3, dtype=jnp.float64)
+    r_ref, hs_ref = rum_reference_real_lam(params, xs, lam=lam, eta=eta, activation="tanh")
+    for impl in ("reference", "fast"):   # "fast" falls back to the reference scan
+      (r, h), hs = rumjax.rum_scan(params, xs, lam=lam, eta=eta, activation="tanh",
+                                   impl=impl)
+      np.testing.assert_allclose(hs, hs_ref, atol=1e-10)
+      np.testing.assert_allclose(r, r_ref, atol=1e-10)
+      np.testing.assert_allclose(h, hs_ref[:, -1], atol=1e-10)
+
+
+def test_lam_0_and_1_as_floats_take_the_integer_paths():
+  params = _params(23, 3, 6)
+  xs = _xs(24, 2, 7, 3)
+  for lam in (0, 1):
+    want = rumjax.rum_scan(params, xs, lam=lam, eta=1.0)
+    got = rumjax.rum_scan(params, xs, lam=float(lam), eta=1.0)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_real_lam_gradients_and_check_grads():
+  with enable_x64():
+    params = _params(25, 2, 4, jnp.float64)
+    xs = _xs(26, 2, 5, 2, dtype=jnp.float64)
+    f = lambda p, x: jnp.sum(jnp.sin(rumjax.rum_scan(p, x, lam=0.5, activation="tanh")[1]))
+    check_grads(f, (params, xs), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
+  # float32 at the start R_0 = 1 (maximally degenerate) and through many steps: finite.
+  params, xs = _params(27, 3, 8), _xs(28, 2, 40, 3)
+  grads = jax.grad(lambda p: jnp.sum(rumjax.rum_scan(p, xs, lam=0.5, eta=1.0)[1] ** 2))(
+      params)
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+def test_real_lam_bfloat16_memory_stays_orthogonal():
+  params = _params(29, 4, 10, jnp.bfloat16)
+  (r, h), hs = rumjax.rum_scan(params, _xs(30, 3, 60, 4, dtype=jnp.bfloat16), lam=0.5,
+                               eta=1.0)
+  assert hs.dtype == jnp.bfloat16 and r.dtype == jnp.float32
+  np.testing.assert_allclose(jnp.einsum("bji,bjk->bik", r, r),
+                             np.broadcast_to(np.eye(10), r.shape), atol=1e-5)
+  assert np.all(np.isfinite(hs.astype(jnp.float32)))

@@ -17,7 +17,8 @@ def _xs(seed, *shape):
 
 @pytest.mark.parametrize("lam,eta,activation,update_gate",
                          [(0, None, "relu", True), (1, None, "tanh", True),
-                          (1, 1.3, "softsign", False), (0, 0.8, "sigmoid", True)])
+                          (1, 1.3, "softsign", False), (0, 0.8, "sigmoid", True),
+                          (0.5, None, "tanh", True), (2.0, 1.0, "relu", True)])
 def test_rnn_equals_rum_scan(lam, eta, activation, update_gate):
   xs = _xs(0, 3, 7, 4)
   cell = rumjax.RUMCell(6, lam=lam, eta=eta, activation=activation, update_gate=update_gate)
@@ -76,7 +77,7 @@ def test_layer_norm_and_zoneout():
 
 def test_cell_validates_options():
   xs = _xs(4, 2, 3, 3)
-  for kwargs, match in [(dict(lam=3), "lam=3"), (dict(eta=-2.0), "eta=-2.0"),
+  for kwargs, match in [(dict(lam=-3), "lam=-3"), (dict(eta=-2.0), "eta=-2.0"),
                         (dict(activation="elu"), "activation='elu'"),
                         (dict(zoneout=1.5), "zoneout")]:
     with pytest.raises(ValueError, match=match):
@@ -99,7 +100,7 @@ def test_registry():
   assert isinstance(cells.cell_from_config("gru", 16, config), nn.GRUCell)
 
 
-@pytest.mark.parametrize("lam,eta", [(0, None), (1, 1.0)])
+@pytest.mark.parametrize("lam,eta", [(0, None), (1, 1.0), (0.5, 1.0)])
 def test_rum_layer_equals_rnn_of_the_cell(lam, eta):
   """The fast sequence layer (rum_scan) has the cell's parameters at the same path and
   gives the same outputs and gradients as nn.RNN(RUMCell)."""

@@ -174,7 +174,7 @@ def test_hidden_size_rule():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("lam", 2), ("delay", 0), ("batch_size", 0), ("cell", "nope"), ("eta", -1.0),
+    ("lam", -1.0), ("delay", 0), ("batch_size", 0), ("cell", "nope"), ("eta", -1.0),
     ("optimizer", "lamb"), ("grad_clip", -1.0), ("zoneout", 1.0), ("num_train", 0),
     ("hidden_size", 0), ("activation", "gelu"), ("task", "recall"), ("lr_boundaries", [100]),
     ("name", "nosuchmodel"),
@@ -184,6 +184,17 @@ def test_validate_config_names_the_field(field, value):
   (c.model if field in c.model else c)[field] = value
   with pytest.raises(ValueError, match=field):
     copying.validate_config(c)
+
+
+@pytest.mark.parametrize("lam", [0, 0.5, 1, 2, 2.5])
+def test_any_real_lam_is_valid_a_negative_one_is_a_one_line_error(lam):
+  c = copying_config.get_config()
+  c.model.lam = lam   # --config.model.lam=0.5 parses: the field is a float
+  copying.validate_config(c)
+  c.model.lam = -0.5
+  with pytest.raises(ValueError, match=r"^config\.model\.lam: lam=-0\.5 .*>= 0") as e:
+    copying.validate_config(c)
+  assert "\n" not in str(e.value)
 
 
 def test_unknown_variant():

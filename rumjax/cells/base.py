@@ -119,6 +119,13 @@ def zoneout(module: nn.Module, rate: float, prev: Array, new: Array, *,
   return jnp.where(keep, prev, new)
 
 
+def promote(dtype: Optional[Any], inputs: Array, kernel: Array, carry: Any, *params: Array):
+  """:meth:`RecurrentCell.promote` as a pure function of the computation ``dtype`` (the
+  pure step functions of the cells, shared by the Linen and NNX front ends, call it)."""
+  dtype = nn.dtypes.canonicalize_dtype(inputs, kernel, *jax.tree.leaves(carry), dtype=dtype)
+  return jax.tree.map(lambda a: jnp.asarray(a, dtype), (inputs, carry, params))
+
+
 class RecurrentCell(nn.RNNCellBase):
   """Base of the comparison cells: ``dtype``/``param_dtype``/``carry_init`` and helpers.
 
@@ -147,9 +154,7 @@ class RecurrentCell(nn.RNNCellBase):
     Returns:
       ``(inputs, carry, params)``, ``params`` a tuple in the order given.
     """
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel, *jax.tree.leaves(carry),
-                                         dtype=self.dtype)
-    return jax.tree.map(lambda a: jnp.asarray(a, dtype), (inputs, carry, params))
+    return promote(self.dtype, inputs, kernel, carry, *params)
 
   @property
   def carry_dtype(self) -> Any:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell, precise, precise_state
+from rumjax.cells.base import RecurrentCell, precise, precise_state, promote
 from rumjax.cells.registry import register_cell
 
 Array = jax.Array
@@ -161,6 +161,36 @@ def symmetric_uniform(scale: float):
   return init
 
 
+# ---------------------------------------------------------------------------- step
+
+
+def eurnn_step(params, carry: Array, inputs: Array, *, capacity: int = 2, fft: bool = False,
+               dtype=None):
+  """One EURNN step, ``h_t = modReLU(W h_{t-1} + U x_t, b)``, as a pure function.
+
+  The one source of the equations: :class:`EURNNCell` (Linen) and
+  ``rumjax.nnx.EURNNCell`` both call it.
+
+  Args:
+    params: ``{"thetas", "kernel_x", "bias"}`` as :class:`EURNNCell` stores them.
+    carry: ``h_{t-1}`` <float>[..., N].
+    inputs: ``x_t`` <float>[..., N_x].
+    capacity, fft: the layers of ``W`` (:func:`eunn_apply`).
+    dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
+      the carry).
+
+  Returns:
+    ``(h_t, h_t)``: the carried ``h_t`` in the :func:`precise` dtype of the computation,
+    the output in the computation dtype.
+  """
+  kernel_x = params["kernel_x"]
+  inputs, _, (kernel_x,) = promote(dtype, inputs, kernel_x, carry, kernel_x)
+  h = precise_state(carry, inputs.dtype)
+  wh = eunn_apply(params["thetas"], h, capacity=capacity, fft=fft)
+  h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), params["bias"].astype(h.dtype))
+  return h, h.astype(inputs.dtype)
+
+
 # ---------------------------------------------------------------------------- cell
 
 
@@ -212,8 +242,5 @@ class EURNNCell(RecurrentCell):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    inputs, _, (kernel_x,) = self.promote(inputs, kernel_x, carry, kernel_x)
-    h = precise_state(carry, inputs.dtype)
-    wh = eunn_apply(thetas, h, capacity=self.capacity, fft=self.fft)
-    h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), bias.astype(h.dtype))
-    return h, h.astype(inputs.dtype)
+    return eurnn_step(dict(thetas=thetas, kernel_x=kernel_x, bias=bias), carry, inputs,
+                      capacity=self.capacity, fft=self.fft, dtype=self.dtype)

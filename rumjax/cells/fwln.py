@@ -15,13 +15,13 @@ same recurrence, indexed one step earlier.) The sustained boundary condition
 The carry is ``(A, h)``, A <float>[..., N, N]; ``A_0 = 0``, ``h_0 = 0``.
 """
 
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from rumjax.core import rum as rum_lib
-from rumjax.cells.base import RecurrentCell
+from rumjax.cells.base import RecurrentCell, promote
 from rumjax.cells.registry import register_cell
 
 
@@ -33,6 +33,45 @@ def scaled_identity(scale: float):
     return scale * jnp.eye(shape[0], shape[1], dtype=dtype)
 
   return init
+
+
+def check_inner_steps(inner_steps: int) -> int:
+  if inner_steps < 1:
+    raise ValueError(f"inner_steps={inner_steps!r} must be >= 1.")
+  return inner_steps
+
+
+def fwln_step(params, carry, inputs, *, ln: Callable, decay: float = 0.95,
+              fast_lr: float = 0.5, inner_steps: int = 1,
+              activation: Union[str, Callable] = "relu", dtype: Optional[object] = None):
+  """One FW-LN step (the module docstring's equations) as a pure function.
+
+  The one source of the equations: :class:`FWLNCell` (Linen) and ``rumjax.nnx.FWLNCell``
+  both call it.
+
+  Args:
+    params: ``{"kernel_h", "kernel_x", "bias"}`` as :class:`FWLNCell` stores them.
+    carry: ``(A_{t-1}, h_{t-1})``, <float>[..., N, N] and <float>[..., N].
+    inputs: ``x_t`` <float>[..., N_x].
+    ln: the layer norm ``LN`` of the inner loop (the cell's ``ln``), a callable.
+    decay, fast_lr, inner_steps, activation: ``lambda``, ``eta``, ``S``, ``f``.
+    dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
+      the carry).
+
+  Returns:
+    ``((A_t, h_t), h_t)``.
+  """
+  check_inner_steps(inner_steps)
+  f = rum_lib.get_activation(activation)
+  inputs, (a_prev, h_prev), (kernel_h, kernel_x, bias) = promote(
+      dtype, inputs, params["kernel_x"], carry, params["kernel_h"], params["kernel_x"],
+      params["bias"])
+  boundary = h_prev @ kernel_h + inputs @ kernel_x + bias
+  a = decay * a_prev + fast_lr * (h_prev[..., :, None] * h_prev[..., None, :])
+  h = f(boundary)
+  for _ in range(inner_steps):
+    h = f(ln(boundary + jnp.einsum("...ij,...j->...i", a, h)))
+  return (a, h), h
 
 
 @register_cell("fwln")
@@ -75,23 +114,18 @@ class FWLNCell(RecurrentCell):
     Returns:
       ``((A_t, h_t), h_t)``.
     """
-    if self.inner_steps < 1:
-      raise ValueError(f"inner_steps={self.inner_steps!r} must be >= 1.")
-    f = rum_lib.get_activation(self.activation)
+    check_inner_steps(self.inner_steps)
+    rum_lib.get_activation(self.activation)
     n = self.features
     kernel_h = self.param("kernel_h", self.kernel_h_init, (n, n), self.param_dtype)
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
     ln = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="ln")
-    inputs, (a_prev, h_prev), (kernel_h, kernel_x, bias) = self.promote(
-        inputs, kernel_x, carry, kernel_h, kernel_x, bias)
-    boundary = h_prev @ kernel_h + inputs @ kernel_x + bias
-    a = self.decay * a_prev + self.fast_lr * (h_prev[..., :, None] * h_prev[..., None, :])
-    h = f(boundary)
-    for _ in range(self.inner_steps):
-      h = f(ln(boundary + jnp.einsum("...ij,...j->...i", a, h)))
-    return (a, h), h
+    return fwln_step(dict(kernel_h=kernel_h, kernel_x=kernel_x, bias=bias), carry, inputs,
+                     ln=ln, decay=self.decay, fast_lr=self.fast_lr,
+                     inner_steps=self.inner_steps, activation=self.activation,
+                     dtype=self.dtype)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):

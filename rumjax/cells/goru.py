@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell, precise_state
+from rumjax.cells.base import RecurrentCell, precise_state, promote
 from rumjax.cells.eurnn import (check_eunn, eunn_apply, eunn_num_angles, symmetric_uniform,
                                 uniform_angles)
 from rumjax.cells.registry import register_cell
@@ -34,6 +34,40 @@ def goru_bias_init(key, shape, dtype=jnp.float32):
   del key
   n = shape[0] // 2
   return jnp.concatenate([jnp.full((n,), 2.0, dtype), jnp.zeros((n,), dtype)])
+
+
+def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dtype=None):
+  """One GORU step (the module docstring's equations) as a pure function.
+
+  The one source of the equations: :class:`GORUCell` (Linen) and ``rumjax.nnx.GORUCell``
+  both call it.
+
+  Args:
+    params: ``{"kernel_x", "kernel_h", "bias", "mod_bias", "thetas"}`` as
+      :class:`GORUCell` stores them.
+    carry: ``h_{t-1}`` <float>[..., N].
+    inputs: ``x_t`` <float>[..., N_x].
+    capacity, fft: the layers of ``U`` (:func:`~rumjax.cells.eurnn.eunn_apply`).
+    dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
+      the carry).
+
+  Returns:
+    ``(h_t, h_t)``: the carried ``h_t`` in the ``precise`` dtype of the computation, the
+    output in the computation dtype.
+  """
+  n = params["kernel_h"].shape[0]
+  inputs, h, (kernel_x, kernel_h, bias) = promote(
+      dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"],
+      params["bias"])
+  xp = inputs @ kernel_x
+  gates = jax.nn.sigmoid(xp[..., :2 * n] + h @ kernel_h + bias)
+  h = precise_state(carry, inputs.dtype)                 # the carried state, float32+
+  r, z = (g.astype(h.dtype) for g in (gates[..., :n], gates[..., n:]))
+  uh = eunn_apply(params["thetas"], h, capacity=capacity, fft=fft)
+  h_tilde = modrelu(xp[..., 2 * n:].astype(h.dtype) + r * uh,
+                    params["mod_bias"].astype(h.dtype))
+  h = z * h + (1.0 - z) * h_tilde
+  return h, h.astype(inputs.dtype)
 
 
 @register_cell("goru")
@@ -91,13 +125,7 @@ class GORUCell(RecurrentCell):
     mod_bias = self.param("mod_bias", self.mod_bias_init, (n,), p)
     thetas = self.param("thetas", self.theta_init,
                         (eunn_num_angles(n, self.capacity, self.fft),), p)
-    inputs, h, (kernel_x, kernel_h, bias) = self.promote(
-        inputs, kernel_x, carry, kernel_x, kernel_h, bias)
-    xp = inputs @ kernel_x
-    gates = jax.nn.sigmoid(xp[..., :2 * n] + h @ kernel_h + bias)
-    h = precise_state(carry, inputs.dtype)                 # the carried state, float32+
-    r, z = (g.astype(h.dtype) for g in (gates[..., :n], gates[..., n:]))
-    uh = eunn_apply(thetas, h, capacity=self.capacity, fft=self.fft)
-    h_tilde = modrelu(xp[..., 2 * n:].astype(h.dtype) + r * uh, mod_bias.astype(h.dtype))
-    h = z * h + (1.0 - z) * h_tilde
-    return h, h.astype(inputs.dtype)
+    params = dict(kernel_x=kernel_x, kernel_h=kernel_h, bias=bias, mod_bias=mod_bias,
+                  thetas=thetas)
+    return goru_step(params, carry, inputs, capacity=self.capacity, fft=self.fft,
+                     dtype=self.dtype)

@@ -17,14 +17,53 @@ value with probability ``zoneout`` (``zoneout_c``); evaluation uses the expectat
 """
 
 import functools
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax.cells.base import RecurrentCell, check_probability, zoneout
+from rumjax.cells.base import RecurrentCell, check_probability, promote, zoneout
 from rumjax.cells.registry import register_cell
+
+
+def lnlstm_step(params, carry, inputs, *, ln_gates: Callable, ln_c: Callable,
+                forget_bias: float = 1.0, zoneout_h: float = 0.0, zoneout_c: float = 0.0,
+                deterministic: bool = True, rng_source: Any = None,
+                dtype: Optional[Any] = None):
+  """One LN-LSTM step (the module docstring's equations, with zoneout) as a pure function.
+
+  The one source of the equations: :class:`LNLSTMCell` (Linen) and
+  ``rumjax.nnx.LNLSTMCell`` both call it.
+
+  Args:
+    params: ``{"kernel_x", "kernel_h"}`` as :class:`LNLSTMCell` stores them.
+    carry: ``(c_{t-1}, h_{t-1})``, each <float>[..., N].
+    inputs: ``x_t`` <float>[..., N_x].
+    ln_gates: ``LN_gates``, a callable on <float>[..., 4, N] (one gain and bias per gate).
+    ln_c: ``LN_c``, a callable on <float>[..., N].
+    forget_bias: added to the normalised forget-gate pre-activation.
+    zoneout_h, zoneout_c: zoneout probabilities of ``h`` and ``c``.
+    deterministic: evaluation mode for zoneout (expectation instead of masks).
+    rng_source: an object whose ``make_rng("dropout")`` draws the zoneout masks' keys
+      (the Linen cell itself); needed only with zoneout in training.
+    dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
+      the carry).
+
+  Returns:
+    ``((c_t, h_t), h_t)``.
+  """
+  n = params["kernel_h"].shape[0]
+  inputs, (c_prev, h_prev), (kernel_x, kernel_h) = promote(
+      dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"])
+  z = inputs @ kernel_x + h_prev @ kernel_h
+  z = ln_gates(z.reshape(z.shape[:-1] + (4, n)))
+  i, g, f, o = (z[..., k, :] for k in range(4))
+  c = jax.nn.sigmoid(f + forget_bias) * c_prev + jax.nn.sigmoid(i) * jnp.tanh(g)
+  h = jax.nn.sigmoid(o) * jnp.tanh(ln_c(c))
+  c = zoneout(rng_source, zoneout_c, c_prev, c, deterministic=deterministic)
+  h = zoneout(rng_source, zoneout_h, h_prev, h, deterministic=deterministic)
+  return (c, h), h
 
 
 @register_cell("lnlstm")
@@ -77,17 +116,12 @@ class LNLSTMCell(RecurrentCell):
                           self.param_dtype)
     kernel_h = self.param("kernel_h", self.kernel_h_init, (n, 4 * n), self.param_dtype)
     ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
-    inputs, (c_prev, h_prev), (kernel_x, kernel_h) = self.promote(
-        inputs, kernel_x, carry, kernel_x, kernel_h)
-    z = inputs @ kernel_x + h_prev @ kernel_h
-    z = z.reshape(z.shape[:-1] + (4, n))
-    z = ln(reduction_axes=-1, feature_axes=(-2, -1), name="ln_gates")(z)
-    i, g, f, o = (z[..., k, :] for k in range(4))
-    c = jax.nn.sigmoid(f + self.forget_bias) * c_prev + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(ln(name="ln_c")(c))
-    c = zoneout(self, self.zoneout_c, c_prev, c, deterministic=self.deterministic)
-    h = zoneout(self, self.zoneout, h_prev, h, deterministic=self.deterministic)
-    return (c, h), h
+    return lnlstm_step(
+        dict(kernel_x=kernel_x, kernel_h=kernel_h), carry, inputs,
+        ln_gates=ln(reduction_axes=-1, feature_axes=(-2, -1), name="ln_gates"),
+        ln_c=ln(name="ln_c"), forget_bias=self.forget_bias, zoneout_h=self.zoneout,
+        zoneout_c=self.zoneout_c, deterministic=self.deterministic, rng_source=self,
+        dtype=self.dtype)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):

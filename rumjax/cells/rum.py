@@ -25,8 +25,12 @@ class RUMCell(nn.RNNCellBase):
 
   Attributes:
     features: the hidden size ``N_h``.
-    lam: 0 or 1, switches the associative memory ``R_t`` of eq. (2) off or on. With
-      ``lam=1`` the carry is ``(R, h)``, R <float>[..., N_h, N_h]; else it is ``h``.
+    lam: a real number >= 0, the power of the associative memory in eq. (2),
+      ``R_t = (R_{t-1})^lam Rotation(e_t, tau_t)``: 0 switches it off, 1 is the paper's
+      ``R_{t-1} Rotation``, any other value (e.g. 0.5 or 2) the real power of
+      :func:`rumjax.rotation_power` (footnote 9; O(N_h^3) per step, and :class:`RUM`
+      then runs the reference scan of :func:`rumjax.rum_scan`). With ``lam > 0`` the
+      carry is ``(R, h)``, R <float>[..., N_h, N_h]; else it is ``h``.
     eta: ``None`` or the norm ``eta > 0`` of the time-normalised hidden state.
     activation: ``f``: "relu", "tanh", "sigmoid", "softsign" or a callable.
     update_gate: if False, ``h'_t = h~_t``.
@@ -57,7 +61,7 @@ class RUMCell(nn.RNNCellBase):
   <float>[..., T].
   """
   features: int
-  lam: int = 0
+  lam: float = 0
   eta: Optional[float] = None
   activation: Union[str, Callable] = "relu"
   update_gate: bool = True
@@ -82,7 +86,7 @@ class RUMCell(nn.RNNCellBase):
     """One RUM step.
 
     Args:
-      carry: ``h`` <float>[..., features] (``lam=0``) or ``(R, h)`` (``lam=1``).
+      carry: ``h`` <float>[..., features] (``lam=0``) or ``(R, h)`` (``lam > 0``).
       inputs: <float>[..., N_x].
       sow_cos: sow ``cos(theta_t)`` <float>[...] when ``"intermediates"`` is mutable
         (:class:`RUM` turns it off for the step that only declares the parameters).
@@ -120,7 +124,7 @@ class RUMCell(nn.RNNCellBase):
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):
-    """``h_0 = 0`` (and ``R_0 = 1`` for ``lam=1``) for inputs of shape ``(..., N_x)``.
+    """``h_0 = 0`` (and ``R_0 = 1`` for ``lam > 0``) for inputs of shape ``(..., N_x)``.
 
     ``h_0`` has ``dtype`` (``param_dtype`` if ``dtype`` is None), ``R_0`` that dtype
     promoted to float32 (float32 for bfloat16).

@@ -36,10 +36,36 @@ import jax.numpy as jnp
 import optax
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import HIGHEST, RecurrentCell, precise, precise_state
+from rumjax.cells.base import HIGHEST, RecurrentCell, precise, precise_state, promote
 from rumjax.cells.registry import register_cell, register_optimizer_wrapper
 
 ORTHOGONAL_NAME = "recurrent_orthogonal"
+
+
+def urnn_step(params, carry, inputs, *, dtype=None):
+  """One uRNN step, ``h_t = modReLU(W h_{t-1} + V x_t, b)``, as a pure function.
+
+  The one source of the equation: :class:`URNNCell` (Linen) and ``rumjax.nnx.URNNCell``
+  both call it.
+
+  Args:
+    params: ``{"recurrent_orthogonal", "kernel_x", "bias"}`` as :class:`URNNCell` stores
+      them.
+    carry: ``h_{t-1}`` <float>[..., N].
+    inputs: ``x_t`` <float>[..., N_x].
+    dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
+      the carry).
+
+  Returns:
+    ``(h_t, h_t)``: the carried ``h_t`` in the ``precise`` dtype of the computation, the
+    output in the computation dtype.
+  """
+  w, kernel_x = params[ORTHOGONAL_NAME], params["kernel_x"]
+  inputs, _, (kernel_x,) = promote(dtype, inputs, kernel_x, carry, kernel_x)
+  h = precise_state(carry, inputs.dtype)
+  wh = jnp.matmul(h, w.astype(h.dtype), precision=HIGHEST)
+  h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), params["bias"].astype(h.dtype))
+  return h, h.astype(inputs.dtype)
 
 
 @register_cell("urnn")
@@ -80,11 +106,8 @@ class URNNCell(RecurrentCell):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (inputs.shape[-1], n),
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
-    inputs, _, (kernel_x,) = self.promote(inputs, kernel_x, carry, kernel_x)
-    h = precise_state(carry, inputs.dtype)
-    wh = jnp.matmul(h, w.astype(h.dtype), precision=HIGHEST)
-    h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), bias.astype(h.dtype))
-    return h, h.astype(inputs.dtype)
+    params = {ORTHOGONAL_NAME: w, "kernel_x": kernel_x, "bias": bias}
+    return urnn_step(params, carry, inputs, dtype=self.dtype)
 
 
 # ------------------------------------------------------------ the Stiefel optimizer

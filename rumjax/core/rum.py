@@ -34,16 +34,23 @@ So ``R_t`` stays orthogonal to float32 accuracy whatever the policy (bfloat16 ro
 of a rotation would leave it ~1e-2 away from orthogonal after a few hundred steps).
 Near anti-parallel ``e_t``, ``tau_t`` see :mod:`rumjax.core.rotation`: the rotation stays
 orthogonal to working precision up to and through ``theta = pi``.
+
+A real ``lam`` (not 0 or 1; section 6 and footnote 9 of the paper) takes the principal power
+``(R_{t-1})^lam = exp(lam log R_{t-1})`` of :func:`rumjax.core.power.rotation_power` each
+step (an ``eigh`` of ``Nh x Nh``, O(Nh^3) per example and step) and runs the reference scan;
+``lam = 0`` and ``lam = 1`` keep their own code paths.
 """
 
 import functools
 import math
+import numbers
 from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
 from rumjax.core import initializers, rum_fast
+from rumjax.core.power import rotation_power
 from rumjax.core.precision import HIGHEST, at_least_float32
 from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
 
@@ -62,12 +69,18 @@ _identity = lambda x: x
 # --------------------------------------------------------------------------- checks
 
 
-def check_lam(lam) -> int:
-  if isinstance(lam, bool) or lam not in (0, 1):
+def check_lam(lam) -> Union[int, float]:
+  """``lam`` of eq. (2): a real number >= 0; returns 0 and 1 as ints, any other as a float.
+
+  0 switches the associative memory off, 1 is ``R_t = R_{t-1} Rotation``, any other value
+  the real power ``(R_{t-1})^lam`` (:func:`rumjax.core.power.rotation_power`), e.g. 0.5 or 2.
+  """
+  if (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
+      or not math.isfinite(lam) or lam < 0):
     raise ValueError(
-        f"lam={lam!r} is not supported: lam switches the associative memory of eq. (2) "
-        "off or on and must be 0 or 1.")
-  return int(lam)
+        f"lam={lam!r} is not supported: lam is the power of the associative memory in "
+        "eq. (2) and must be a real number >= 0 (0: no memory, 1: R_t = R_(t-1) Rotation).")
+  return int(lam) if lam in (0, 1) else float(lam)
 
 
 def check_eta(eta) -> Optional[float]:
@@ -206,7 +219,7 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
 
   Args:
     carry: ``h`` <float>[..., Nh] for ``lam=0``; ``(R, h)`` with R <float>[..., Nh, Nh]
-      for ``lam=1``.
+      for ``lam > 0``.
     x_proj: <float>[..., 3 Nh] the input projection ``[tau | u | e]`` of this step.
     kernel_h: <float>[Nh, 2 Nh] the recurrent kernel ``[W^tau_hh | W^u_hh]``.
     lam, eta, activation, update_gate: as in :func:`rum_scan` (already validated).
@@ -224,7 +237,9 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
   e = x_proj[..., 2 * nh:]
   plane = rotation_plane(e, tau)
   if lam:
-    r_new, r_h = update_memory(r_prev, plane, h)
+    # eq. (2): R_t = (R_{t-1})^lam Rotation(e_t, tau_t); lam = 1 multiplies R_{t-1} as is.
+    r_mem = r_prev if lam == 1 else rotation_power(r_prev, lam)
+    r_new, r_h = update_memory(r_mem, plane, h)
   else:
     r_new, r_h = None, apply_plane(plane, h.astype(plane.u.dtype))
   h_tilde = activation(norm_h(e + r_h.astype(e.dtype)))
@@ -239,7 +254,7 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
 
 
 def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
-  """The carry before step 1: ``h_0`` (zeros by default) and, for ``lam=1``, ``R_0 = 1``.
+  """The carry before step 1: ``h_0`` (zeros by default) and, for ``lam > 0``, ``R_0 = 1``.
 
   ``h`` has ``dtype``; ``R`` has ``promote_types(dtype, float32)`` (the memory is
   carried in at least float32 whatever the policy).
@@ -293,7 +308,7 @@ def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
 def _rum_scan(params, xs, h0, *, lam, eta, activation, update_gate, time_major, unroll,
               return_cos, impl):
   f = get_activation(activation)
-  if impl == "fast":
+  if impl == "fast" and lam in (0, 1):  # a real lam: the reference scan (see rum_scan)
     return _fast_scan(params, xs, h0, lam=lam, eta=eta, f=f, update_gate=update_gate,
                       time_major=time_major, unroll=unroll, return_cos=return_cos)
   x_proj = xs @ params["kernel_x"] + params["bias"]  # the whole sequence, one matmul
@@ -322,18 +337,22 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
 
   The input projection of the whole sequence is one matmul outside the scan; inside it
   each step costs one ``(Nh, 2 Nh)`` matmul, the O(Nh) rotation of ``h`` and, for
-  ``lam=1``, an O(Nh^2) rank-2 update of ``R``. jit-compiled.
+  ``lam=1``, an O(Nh^2) rank-2 update of ``R`` (for another ``lam > 0`` also the power
+  ``R^lam``, O(Nh^3)). jit-compiled.
 
   Args:
     params: ``{"kernel_x": (Nx, 3Nh), "kernel_h": (Nh, 2Nh), "bias": (3Nh,)}``.
     xs: <float>[*batch, T, Nx] (or <float>[T, *batch, Nx] with ``time_major=True``).
-    lam: 0 (no associative memory) or 1 (``R_t = R_{t-1} Rotation(e_t, tau_t)``).
+    lam: a real number >= 0, the power in eq. (2) ``R_t = (R_{t-1})^lam Rotation(e_t,
+      tau_t)``: 0 (no associative memory), 1 (``R_t = R_{t-1} Rotation``) or any other
+      value (e.g. 0.5 or 2; the principal power of :func:`rumjax.rotation_power`,
+      footnote 9 of the paper).
     eta: ``None`` (no time normalization) or the norm ``eta > 0`` of every ``h_t``.
       A zero ``h'_t`` stays zero instead of dividing by zero.
     activation: ``f``: "relu", "tanh", "sigmoid", "softsign" or a callable.
     update_gate: if False, ``h'_t = h~_t`` (the ablation of Table 2).
     h0: initial state: ``None`` (zeros; ``R_0 = 1``), ``h`` <float>[*batch, Nh], or for
-      ``lam=1`` the tuple ``(R, h)`` returned as ``final_state`` by a previous call
+      ``lam > 0`` the tuple ``(R, h)`` returned as ``final_state`` by a previous call
       (to carry the state across consecutive segments).
     time_major: whether time is the leading axis of ``xs`` and ``hs``.
     unroll: passed to ``lax.scan``.
@@ -344,11 +363,14 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
       ``R_t`` (training memory O(B Nh^2 + T B Nh)). ``"reference"``: the plain
       ``lax.scan`` of :func:`rum_step` differentiated by autodiff (saves every
       intermediate, ``R_t`` included); slow but obviously Algorithm 1. Both compute the
-      same values and gradients up to rounding.
+      same values and gradients up to rounding. A ``lam`` other than 0 and 1 always runs
+      the reference scan (``impl="fast"`` falls back to it: the hand-written backward
+      pass covers 0 and 1 only), so its training memory grows with T (every ``R_t`` is
+      saved).
 
   Returns:
     ``(final_state, hs)``: ``final_state`` is ``h_T`` for ``lam=0`` and ``(R_T, h_T)``
-    for ``lam=1``; ``hs`` is <float>[*batch, T, Nh] (time-major if ``time_major``).
+    for ``lam > 0``; ``hs`` is <float>[*batch, T, Nh] (time-major if ``time_major``).
     With ``return_cos``, ``(final_state, hs, cos)``. ``hs`` and ``h_T`` have the dtype
     of ``xs`` and ``params`` promoted together (bfloat16 in, bfloat16 out); ``R_T`` and
     ``cos`` have that dtype promoted to float32 (float32 for bfloat16, float64 for
