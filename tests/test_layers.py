@@ -11,7 +11,7 @@ LAYERS = {
     "rumjax.core": 0, "rumjax.decoding": 0, "rumjax.metrics": 0, "rumjax.sharding": 0,
     "rumjax.registry": 0, "rumjax.configs": 0, "rumjax.utils": 0,
     "rumjax.cells": 1, "rumjax.layers": 1, "rumjax.evaluators": 1,
-    "rumjax.models": 2, "rumjax.training": 2,
+    "rumjax.models": 2, "rumjax.training": 2, "rumjax.nnx": 2,
     "rumjax.analysis": 3, "rumjax.benchmarks": 3,
     "rumjax.plotting": 4,
     "rumjax.experiments": 5,
