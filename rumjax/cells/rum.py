@@ -13,6 +13,19 @@ from rumjax.cells import base
 from rumjax.cells.registry import register_cell
 
 
+def cast_step_inputs(inputs, kernel_x, kernel_h, bias, carry, *, lam, dtype):
+  """The inputs, kernels and carry of one RUM cell step in the computation dtype (``dtype``,
+  or Flax's promotion of the inputs, ``kernel_x`` and ``h`` when None); the memory ``R``
+  stays in at least float32 (never rounded to a bfloat16 policy). Shared by the Linen and
+  NNX ``RUMCell``."""
+  r, h = carry if lam else (None, carry)
+  dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=dtype)
+  inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
+      lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
+  carry = (jnp.asarray(r, at_least_float32(dtype)), h) if lam else h
+  return inputs, kernel_x, kernel_h, bias, carry
+
+
 @register_cell("rum")
 class RUMCell(nn.RNNCellBase):
   """The Rotational Unit of Memory as a Flax recurrent cell (Algorithm 1, eqs. (1)-(2)).
@@ -99,12 +112,8 @@ class RUMCell(nn.RNNCellBase):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (nx, 3 * nh), self.param_dtype)
     kernel_h = self.param("kernel_h", self.kernel_h_init, (nh, 2 * nh), self.param_dtype)
     bias = self.param("bias", self.bias_init, (3 * nh,), self.param_dtype)
-    r, h = carry if self.lam else (None, carry)
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=self.dtype)
-    inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
-        lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
-    # The memory R stays in at least float32 (never rounded to a bfloat16 policy).
-    carry = (jnp.asarray(r, at_least_float32(dtype)), h) if self.lam else h
+    inputs, kernel_x, kernel_h, bias, carry = cast_step_inputs(
+        inputs, kernel_x, kernel_h, bias, carry, lam=self.lam, dtype=self.dtype)
     norms = {}
     if self.layer_norm:
       ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)

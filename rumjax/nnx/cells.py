@@ -32,6 +32,7 @@ from rumjax.cells import fwln as fwln_lib
 from rumjax.cells import goru as goru_lib
 from rumjax.cells import lnlstm as lnlstm_lib
 from rumjax.cells import urnn as urnn_lib
+from rumjax.cells import rum as rum_cell_lib
 from rumjax.core import rum as rum_lib
 from rumjax.core.precision import at_least_float32
 from rumjax.registry import Registry
@@ -195,12 +196,9 @@ class RUMCell(Cell):
   def __call__(self, carry, inputs):
     """One RUM step (:func:`rumjax.core.rum.rum_step`): ``(carry, x_t) -> (carry, h_t)``,
     the carry ``h`` (``lam=0``) or ``(R, h)`` (``lam > 0``)."""
-    r, h = carry if self.lam else (None, carry)
-    kernel_x, kernel_h, bias = self.kernel_x[...], self.kernel_h[...], self.bias[...]
-    dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=self.dtype)
-    inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
-        lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
-    carry = (jnp.asarray(r, at_least_float32(dtype)), h) if self.lam else h
+    inputs, kernel_x, kernel_h, bias, carry = rum_cell_lib.cast_step_inputs(
+        inputs, self.kernel_x[...], self.kernel_h[...], self.bias[...], carry, lam=self.lam,
+        dtype=self.dtype)
     norms = {}
     if self.layer_norm:
       norms = dict(norm_tau=self.ln_tau, norm_u=self.ln_u, norm_h=self.ln_h)
