@@ -88,7 +88,8 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   ``name`` is the registered model (``"tagger"``, ``"classifier"``, ``"sentence_qa"``);
   ``cell`` a registered cell and ``hidden_size`` its size; the cell's options (``lam``,
   ``eta``, ``activation``, ``update_gate``, ``layer_norm``, ``zoneout``) are passed to
-  the cells that have them. ``eta`` is a typed float placeholder: ``None`` switches time
+  the cells that have them (``learn_lam``: RUM's ``lam`` trained, from ``lam``). ``eta`` is
+  a typed float placeholder: ``None`` switches time
   normalization off, ``--config.model.eta=1.0`` sets it. ``embed_dim`` ``None`` means
   one-hot inputs. ``dtype``/``param_dtype``: the precision policy (:func:`add_precision`).
   ``fields`` override the defaults (and may add the model's own fields).
@@ -98,6 +99,7 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   m.cell = "rum"
   m.hidden_size = 100
   m.lam = 1.0   # a float, so that --config.model.lam=0.5 parses (any real >= 0)
+  m.learn_lam = False   # RUM: lam a trained parameter from m.lam, kept >= 0
   m.eta = config_dict.placeholder(float)
   m.activation = "relu"
   m.update_gate = True
@@ -185,7 +187,7 @@ def validate_cell_model(model: Mapping[str, Any]) -> None:
   if model["activation"] not in rum_lib.ACTIVATIONS:
     raise ValueError(f"config.model.activation={model['activation']!r} is unknown; accepted "
                      f"names are {sorted(rum_lib.ACTIVATIONS)}.")
-  for field in ("update_gate", "layer_norm"):
+  for field in ("update_gate", "layer_norm", "learn_lam"):
     if not isinstance(model[field], bool):
       raise ValueError(f"config.model.{field}={model[field]!r} must be True or False.")
   if not _is_number(model["zoneout"]) or not 0 <= model["zoneout"] < 1:

@@ -100,6 +100,21 @@ def test_bad_input_exits_nonzero_with_a_clear_message(tmp_path, args, message):
   assert not os.path.exists(tmp_path / "bad" / "checkpoints")
 
 
+def test_a_real_and_a_learned_lam_train_from_the_command_line(tmp_path):
+  """--config.model.lam=0.5 trains; --config.model.learn_lam=True makes lam a parameter
+  (in the checkpoint, kept >= 0), logged with every evaluation as params/.../lam."""
+  _run(tmp_path / "real", "--steps=3", "--config.model.lam=0.5")
+  _run(tmp_path / "learned", "--steps=4", "--eval_every=2", "--config.model.lam=0.5",
+       "--config.model.learn_lam=True", "--config.learning_rate=0.1")
+  step, params = _params(tmp_path / "learned")
+  lam = float(np.asarray(params["rnn"]["cell"]["lam"]))
+  assert step == 4 and lam >= 0 and lam != 0.5
+  records = [json.loads(line) for line in open(tmp_path / "learned" / "metrics.jsonl")]
+  logged = [(r["step"], r["params/rnn/cell/lam"]) for r in records
+            if "params/rnn/cell/lam" in r]
+  assert [s for s, _ in logged] == [2, 4] and logged[-1][1] == pytest.approx(lam)
+
+
 def test_steps_zero_prints_the_parameter_count(tmp_path):
   proc = _run(str(tmp_path / "count"), "--steps=0", "--cell=gru")
   record = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -189,14 +204,14 @@ def test_benchmark_runs_both_device_modes(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "launch.benchmark", "--shapes=4x5x3x4", "--repeats=1",
        "--matmul_size=64", "--cpu_devices=2",
-       "--candidates=gru,rum1,gru:dp,rum1:dp,lstm,lstmn",
+       "--candidates=gru,rum1,gru:dp,rum1:dp,lstm,lstmn,rum05",
        f"--output={out}"], cwd=REPO, env=_env(), capture_output=True, text=True,
       timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   assert result["devices"] == 2
   rows = result["shapes"]["4x5x3x4"]["candidates"]
-  assert set(rows) == {"gru", "rum1", "gru:dp", "rum1:dp", "lstm", "lstmn"}
+  assert set(rows) == {"gru", "rum1", "gru:dp", "rum1:dp", "lstm", "lstmn", "rum05"}
   assert rows["gru"]["ratio_gru"] == rows["gru:dp"]["ratio_gru"] == 1.0
   assert rows["lstm"]["ratio_lstm"] == 1.0 and rows["lstmn"]["ratio_lstm"] > 0
   assert min(rows["gru"]["ratio_best_gru"], rows["gru:dp"]["ratio_best_gru"]) == 1.0

@@ -235,7 +235,7 @@ def test_real_lam_matches_a_python_loop_of_algorithm_1(lam, eta):
     params = _params(21, 3, 5, jnp.float64)
     xs = _xs(22, 2, 8, 3, dtype=jnp.float64)
     r_ref, hs_ref = rum_reference_real_lam(params, xs, lam=lam, eta=eta, activation="tanh")
-    for impl in ("reference", "fast"):   # "fast" falls back to the reference scan
+    for impl in ("reference", "fast"):   # "fast": the checkpointed scan
       (r, h), hs = rumjax.rum_scan(params, xs, lam=lam, eta=eta, activation="tanh",
                                    impl=impl)
       np.testing.assert_allclose(hs, hs_ref, atol=1e-10)
@@ -273,3 +273,74 @@ def test_real_lam_bfloat16_memory_stays_orthogonal():
   np.testing.assert_allclose(jnp.einsum("bji,bjk->bik", r, r),
                              np.broadcast_to(np.eye(10), r.shape), atol=1e-5)
   assert np.all(np.isfinite(hs.astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("t,segment", [(7, 3), (9, 3), (5, 8), (1, 1), (12, 1)])
+def test_checkpointed_scan_equals_the_plain_scan(t, segment):
+  """Values and gradients of checkpointed_scan are lax.scan's (T not a multiple of the
+  segment, one segment longer than T, segments of one step)."""
+  from rumjax.core.rum import checkpointed_scan
+  w = jnp.asarray(np.random.default_rng(31).normal(size=(4, 4)) * 0.5, jnp.float32)
+  xs = _xs(32, t, 4)
+
+  def body(c, x):
+    c = jnp.tanh(c @ w + x)
+    return c, (c, jnp.sum(c))
+
+  def run(scan, w_, xs_):
+    c, (hs, s) = scan(lambda c, x: body(c @ w_, x), jnp.ones(4), xs_)
+    return jnp.sum(c) + jnp.sum(hs ** 2) + jnp.sum(jnp.sin(s))
+
+  plain = lambda w_, xs_: run(jax.lax.scan, w_, xs_)
+  ckpt = lambda w_, xs_: run(lambda f, c, x: checkpointed_scan(f, c, x, segment), w_, xs_)
+  np.testing.assert_allclose(ckpt(w, xs), plain(w, xs), rtol=1e-6)
+  for got, want in zip(jax.grad(ckpt, (0, 1))(w, xs), jax.grad(plain, (0, 1))(w, xs)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_real_lam_fast_and_reference_gradients_agree():
+  params, xs = _params(33, 3, 6), _xs(34, 2, 11, 3)
+  grads = {impl: jax.grad(lambda p: jnp.sum(
+      rumjax.rum_scan(p, xs, lam=0.5, eta=1.0, impl=impl)[1] ** 2))(params)
+      for impl in ("fast", "reference")}
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               grads["fast"], grads["reference"])
+
+
+def test_real_lam_memory_grows_like_sqrt_t():
+  """XLA's temporary buffers of a training step (compiled, not run): the checkpointed scan
+  of a real lam grows like sqrt(T) (x2 per x4 in T, plus the O(T) hidden states), the plain
+  reference scan, which saves every R_t, like T."""
+  params = _params(35, 3, 16)
+
+  def temp_bytes(t, impl):
+    xs = jnp.ones((4, t, 3))
+    step = jax.jit(jax.grad(lambda p: jnp.sum(rumjax.rum_scan(p, xs, lam=0.5,
+                                                              impl=impl)[1] ** 2)))
+    return step.lower(params).compile().memory_analysis().temp_size_in_bytes
+
+  fast = temp_bytes(1024, "fast") / temp_bytes(256, "fast")
+  ref = temp_bytes(1024, "reference") / temp_bytes(256, "reference")
+  assert fast < 3.0 and ref > 3.5, (fast, ref)
+
+
+def test_lam_as_an_array_equals_the_number_and_has_a_derivative():
+  """A learned lam (a traced scalar) gives the same values as the Python number, and
+  d/dlam of the hidden states matches central differences (float64)."""
+  with enable_x64():
+    params = _params(36, 2, 4, jnp.float64)
+    xs = _xs(37, 2, 6, 2, dtype=jnp.float64)
+    for lam in (0.5, 1.0, 0.0):
+      want = rumjax.rum_scan(params, xs, lam=lam if lam not in (0, 1) else 0.5 + lam / 4)
+      got = rumjax.rum_scan(params, xs, lam=jnp.asarray(lam if lam not in (0, 1)
+                                                        else 0.5 + lam / 4))
+      jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-12), got, want)
+    f = lambda lam: jnp.sum(jnp.sin(rumjax.rum_scan(params, xs, lam=lam,
+                                                    activation="tanh")[1]))
+    check_grads(f, (jnp.asarray(0.6),), order=1, modes=("fwd", "rev"), atol=1e-6,
+                rtol=1e-6)
+    # lam -> 1 from a traced value meets the integer path of lam = 1.
+    near_one = rumjax.rum_scan(params, xs, lam=jnp.asarray(1.0))[1]
+    np.testing.assert_allclose(near_one, rumjax.rum_scan(params, xs, lam=1)[1], atol=1e-10)
+  with pytest.raises(ValueError, match="float scalar"):
+    rumjax.rum_scan(params, xs, lam=jnp.ones(2))

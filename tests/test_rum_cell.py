@@ -100,12 +100,14 @@ def test_registry():
   assert isinstance(cells.cell_from_config("gru", 16, config), nn.GRUCell)
 
 
-@pytest.mark.parametrize("lam,eta", [(0, None), (1, 1.0), (0.5, 1.0)])
-def test_rum_layer_equals_rnn_of_the_cell(lam, eta):
+@pytest.mark.parametrize("lam,eta,learn_lam", [(0, None, False), (1, 1.0, False),
+                                               (0.5, 1.0, False), (0.5, None, True),
+                                               (0, 1.0, True)])
+def test_rum_layer_equals_rnn_of_the_cell(lam, eta, learn_lam):
   """The fast sequence layer (rum_scan) has the cell's parameters at the same path and
-  gives the same outputs and gradients as nn.RNN(RUMCell)."""
+  gives the same outputs and gradients as nn.RNN(RUMCell), a learned lam included."""
   xs = _xs(5, 3, 11, 4)
-  cell = rumjax.RUMCell(6, lam=lam, eta=eta)
+  cell = rumjax.RUMCell(6, lam=lam, eta=eta, learn_lam=learn_lam)
   rnn, fast = nn.RNN(cell, name="rnn"), cells.RUM(cell, name="rnn")
   v_rnn = rnn.init(jax.random.key(0), xs)
   v_fast = fast.init(jax.random.key(0), xs)
@@ -119,3 +121,53 @@ def test_rum_layer_equals_rnn_of_the_cell(lam, eta):
   assert cells.supports_scan(cell)
   assert not cells.supports_scan(cell.clone(zoneout=0.1))
   assert not cells.supports_scan(nn.GRUCell(4))
+
+
+@pytest.mark.parametrize("lam", [0.5, 1.0, 0.0])
+def test_learned_lam_is_a_parameter_initialised_at_lam(lam):
+  """learn_lam: params["lam"] starts at lam and the cell then computes eq. (2) with that
+  value (the real-power path, so the carry holds R even from lam = 0); its gradient is
+  finite and, away from lam = 0 where R^lam is flat in lam at R = 1, non-zero."""
+  xs = _xs(6, 3, 9, 4)
+  rnn = nn.RNN(rumjax.RUMCell(5, lam=lam, learn_lam=True, eta=1.0), return_carry=True)
+  variables = rnn.init(jax.random.key(2), xs)
+  params = variables["params"]["cell"]
+  assert set(params) == {"kernel_x", "kernel_h", "bias", "lam"}
+  assert params["lam"].shape == () and float(params["lam"]) == lam
+  (r, h), hs = rnn.apply(variables, xs)
+  kernels = {k: params[k] for k in ("kernel_x", "kernel_h", "bias")}
+  want = rumjax.rum_scan(kernels, xs, lam=jnp.asarray(lam), eta=1.0)[1]
+  np.testing.assert_allclose(hs, want, atol=1e-5)
+  assert r.shape == (3, 5, 5)
+  g = jax.grad(lambda v: jnp.sum(jnp.sin(rnn.apply(v, xs)[1])))(variables)
+  g_lam = float(g["params"]["cell"]["lam"])
+  assert np.isfinite(g_lam) and (lam == 0 or g_lam != 0)
+
+
+def test_keep_lam_nonnegative_projects_only_lam():
+  """Projected gradient descent: a step that would take lam below 0 ends at 0, one that
+  keeps it positive is the base optimizer's; other parameters (and a kernel named
+  otherwise) are the base optimizer's; the state is the base optimizer's own tree."""
+  import optax
+  params = {"cell": {"lam": jnp.asarray(0.3), "kernel_h": jnp.ones((2, 2))},
+            "other": {"lam": jnp.ones(3)}}   # not a scalar: not a RUM lam, untouched
+  grads = {"cell": {"lam": jnp.asarray(1.0), "kernel_h": jnp.ones((2, 2))},
+           "other": {"lam": jnp.ones(3)}}
+  base = optax.sgd(0.5)
+  tx = cells.keep_lam_nonnegative(base)
+  state = tx.init(params)
+  assert jax.tree.structure(state) == jax.tree.structure(base.init(params))
+  updates, _ = tx.update(grads, state, params)
+  new = optax.apply_updates(params, updates)
+  assert float(new["cell"]["lam"]) == 0.0            # 0.3 - 0.5 projected to 0
+  np.testing.assert_allclose(new["cell"]["kernel_h"], 0.5)
+  np.testing.assert_allclose(new["other"]["lam"], 0.5)
+  small = jax.tree.map(lambda g: 0.1 * g, grads)
+  updates, _ = tx.update(small, state, params)
+  np.testing.assert_allclose(optax.apply_updates(params, updates)["cell"]["lam"], 0.25)
+  # The zoo's optimizers carry the projection (a registered optimizer wrapper).
+  from rumjax.training import optim
+  config = ml_collections.ConfigDict(dict(optimizer="sgd", learning_rate=0.5))
+  zoo = optim.make_optimizer(config)
+  updates, _ = zoo.update(grads, zoo.init(params), params)
+  assert float(optax.apply_updates(params, updates)["cell"]["lam"]) == 0.0

@@ -28,7 +28,11 @@ SHAPES = {  # name: (B, T, Nx, Nh)
     "copying": (128, 520, 10, 100),
     "ptb": (128, 150, 128, 1000),
 }
-CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "lstmn", "lstmn_ref")
+CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
+              "lstmn", "lstmn_ref")
+# The RUM candidates' lam: rum05 is a real lam (0.5; the checkpointed scan, "_ref" the plain
+# one), whose step adds an eigh of Nh x Nh per example and time step.
+RUM_LAMS = {"rum0": 0, "rum1": 1, "rum05": 0.5}
 
 
 def parse_shape(name):
@@ -56,9 +60,12 @@ def matmul_flops(cand, b, t, nx, nh):
     return t * (fwd + bwd)
   fwd = 2 * b * (nx * 3 * nh + nh * 2 * nh)
   bwd = 2 * b * (2 * nh * nh + nh * 2 * nh + nx * 3 * nh)        # dh, dK_h, dK_x
-  if cand.startswith("rum1"):
+  if cand.startswith(("rum1", "rum05")):
     fwd += 2 * b * 3 * nh * nh                                   # R [d, b, x]
     bwd += 2 * b * 7 * nh * nh                                   # Q [d, a], Q^T, R^T [3]
+  if cand.startswith("rum05"):   # R^lam: K V, (V C + K V D) V^T, Newton; eigh not counted
+    fwd += 2 * b * 4 * nh ** 3
+    bwd += 2 * b * 12 * nh ** 3
   return t * (fwd + bwd)
 
 
@@ -85,7 +92,7 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
     return (lambda p, x: sum_squares(
         core.lstmn_scan(cast_params(p, dtype), x, impl=impl)[0])), params
-  lam = 1 if cand.startswith("rum1") else 0
+  lam = RUM_LAMS[cand.removesuffix("_ref")]
   params = core.init_rum_params(jax.random.key(1), nx, nh)
   return (lambda p, x: sum_squares(
       core.rum_scan(cast_params(p, dtype), x, lam=lam, impl=impl)[1])), params
@@ -105,8 +112,8 @@ def make_step(cand, shape, dtype=jnp.float32):
   b, t, nx, nh = shape
   xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32).astype(dtype)
   if cand not in CANDIDATES:
-    raise ValueError(f"unknown candidate {cand!r}: gru, lstm, rum0, rum1, rum0_ref, "
-                     "rum1_ref, lstmn, lstmn_ref, optionally with ':dp'.")
+    raise ValueError(f"unknown candidate {cand!r}: {', '.join(CANDIDATES)}, optionally "
+                     "with ':dp'.")
   loss, params = _loss_and_params(cand, xs, nh, dtype)
   if mode == "dp":
     mesh = sharding.make_mesh()

@@ -14,7 +14,7 @@ from rumjax.cells.eurnn import EURNNCell, eunn_apply, eunn_matrix, eunn_num_angl
 from rumjax.cells.fwln import FWLNCell
 from rumjax.cells.goru import GORUCell
 from rumjax.cells.lnlstm import LNLSTMCell
-from rumjax.cells.rum import RUM, RUMCell, supports_scan
+from rumjax.cells.rum import RUM, RUMCell, keep_lam_nonnegative, supports_scan
 from rumjax.cells.urnn import URNNCell, make_urnn_optimizer, stiefel_cayley
 # Composite cells (built from cells, so not registered by name; config builders instead).
 from rumjax.cells.stacked import StackedCells, stacked_from_config
@@ -24,6 +24,6 @@ __all__ = ["CELLS", "DTYPES", "EURNNCell", "FWLNCell", "FastSlowCell", "GORUCell
            "OPTIMIZER_WRAPPERS", "RUM", "RUMCell", "RecurrentCell", "StackedCells", "URNNCell",
            "cell_fields", "cell_from_config", "cell_names", "check_probability", "eunn_apply",
            "eunn_matrix", "eunn_num_angles", "fast_slow_from_config", "get_cell_class",
-           "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers", "precise",
+           "keep_lam_nonnegative", "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers", "precise",
            "register_cell", "register_optimizer_wrapper", "resolve_dtype", "stacked_from_config",
            "stiefel_cayley", "supports_scan", "zoneout"]

@@ -6,11 +6,16 @@ from typing import Any, Callable, Optional, Union
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from rumjax.core import rum as rum_lib
 from rumjax.core.precision import at_least_float32
 from rumjax.cells import base
-from rumjax.cells.registry import register_cell
+from rumjax.cells.registry import register_cell, register_optimizer_wrapper
+
+# The parameter of a learned lam (``RUMCell(learn_lam=True)``), kept >= 0 by
+# :func:`keep_lam_nonnegative`.
+LAM_PARAM = "lam"
 
 
 def cast_step_inputs(inputs, kernel_x, kernel_h, bias, carry, *, lam, dtype):
@@ -18,11 +23,12 @@ def cast_step_inputs(inputs, kernel_x, kernel_h, bias, carry, *, lam, dtype):
   or Flax's promotion of the inputs, ``kernel_x`` and ``h`` when None); the memory ``R``
   stays in at least float32 (never rounded to a bfloat16 policy). Shared by the Linen and
   NNX ``RUMCell``."""
-  r, h = carry if lam else (None, carry)
+  memory = rum_lib.has_memory(lam)
+  r, h = carry if memory else (None, carry)
   dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=dtype)
   inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
       lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
-  carry = (jnp.asarray(r, at_least_float32(dtype)), h) if lam else h
+  carry = (jnp.asarray(r, at_least_float32(dtype)), h) if memory else h
   return inputs, kernel_x, kernel_h, bias, carry
 
 
@@ -42,8 +48,13 @@ class RUMCell(nn.RNNCellBase):
       ``R_t = (R_{t-1})^lam Rotation(e_t, tau_t)``: 0 switches it off, 1 is the paper's
       ``R_{t-1} Rotation``, any other value (e.g. 0.5 or 2) the real power of
       :func:`rumjax.rotation_power` (footnote 9; O(N_h^3) per step, and :class:`RUM`
-      then runs the reference scan of :func:`rumjax.rum_scan`). With ``lam > 0`` the
-      carry is ``(R, h)``, R <float>[..., N_h, N_h]; else it is ``h``.
+      then runs :func:`rumjax.rum_scan`'s checkpointed scan). With ``lam > 0`` (or
+      ``learn_lam``) the carry is ``(R, h)``, R <float>[..., N_h, N_h]; else it is ``h``.
+    learn_lam: make ``lam`` a trained parameter, ``params["lam"]`` (a scalar in
+      ``param_dtype``, initialised at ``lam``), kept >= 0 by projection after every
+      optimizer step (:func:`keep_lam_nonnegative`, applied by the zoo's
+      ``make_optimizer``; with your own optax optimizer chain it yourself). The loop logs
+      it with every evaluation as ``params/<path>/lam``.
     eta: ``None`` or the norm ``eta > 0`` of the time-normalised hidden state.
     activation: ``f``: "relu", "tanh", "sigmoid", "softsign" or a callable.
     update_gate: if False, ``h'_t = h~_t``.
@@ -75,6 +86,7 @@ class RUMCell(nn.RNNCellBase):
   """
   features: int
   lam: float = 0
+  learn_lam: bool = False
   eta: Optional[float] = None
   activation: Union[str, Callable] = "relu"
   update_gate: bool = True
@@ -112,24 +124,37 @@ class RUMCell(nn.RNNCellBase):
     kernel_x = self.param("kernel_x", self.kernel_x_init, (nx, 3 * nh), self.param_dtype)
     kernel_h = self.param("kernel_h", self.kernel_h_init, (nh, 2 * nh), self.param_dtype)
     bias = self.param("bias", self.bias_init, (3 * nh,), self.param_dtype)
+    lam = self.current_lam()
     inputs, kernel_x, kernel_h, bias, carry = cast_step_inputs(
-        inputs, kernel_x, kernel_h, bias, carry, lam=self.lam, dtype=self.dtype)
+        inputs, kernel_x, kernel_h, bias, carry, lam=lam, dtype=self.dtype)
     norms = {}
     if self.layer_norm:
       ln = functools.partial(nn.LayerNorm, dtype=self.dtype, param_dtype=self.param_dtype)
       norms = dict(norm_tau=ln(name="ln_tau"), norm_u=ln(name="ln_u"),
                    norm_h=ln(name="ln_h"))
     new_carry, (h, plane) = rum_lib.rum_step(
-        carry, inputs @ kernel_x + bias, kernel_h, lam=self.lam, eta=self.eta,
+        carry, inputs @ kernel_x + bias, kernel_h, lam=lam, eta=self.eta,
         activation=rum_lib.get_activation(self.activation),
         update_gate=self.update_gate, **norms)
     if sow_cos and self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "cos_theta", plane.cos)
     if self.zoneout > 0:
-      h_prev = carry[1] if self.lam else carry
+      h_prev = carry[1] if self.has_memory else carry
       h = base.zoneout(self, self.zoneout, h_prev, h, deterministic=self.deterministic)
-      new_carry = (new_carry[0], h) if self.lam else h
+      new_carry = (new_carry[0], h) if self.has_memory else h
     return new_carry, h
+
+  def current_lam(self):
+    """``lam``: the field, or with ``learn_lam`` the parameter ``lam`` (declared here)."""
+    if not self.learn_lam:
+      return self.lam
+    return self.param(LAM_PARAM, lambda key, shape, dtype: jnp.full(shape, self.lam, dtype),
+                      (), self.param_dtype)
+
+  @property
+  def has_memory(self) -> bool:
+    """Whether the carry holds the memory ``R`` (``lam > 0`` or a learned ``lam``)."""
+    return self.learn_lam or rum_lib.has_memory(self.lam)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):
@@ -141,7 +166,7 @@ class RUMCell(nn.RNNCellBase):
     batch = tuple(input_shape[:-1])
     h_dtype = self.dtype or self.param_dtype
     h = self.carry_init(rng, batch + (self.features,), h_dtype)
-    if not self.lam:
+    if not self.has_memory:
       return h
     eye = jnp.eye(self.features, dtype=at_least_float32(h_dtype))
     return jnp.broadcast_to(eye, batch + eye.shape), h
@@ -181,12 +206,13 @@ class RUM(nn.Module):
     x0 = xs[..., 0, :]
     c(c.initialize_carry(jax.random.key(0), x0.shape), x0, sow_cos=False)
     params = {k: c.variables["params"][k] for k in ("kernel_x", "kernel_h", "bias")}
+    lam = c.variables["params"][LAM_PARAM] if c.learn_lam else c.lam
     if c.dtype is not None:
       xs = jnp.asarray(xs, c.dtype)
       params = jax.tree.map(lambda p: jnp.asarray(p, c.dtype), params)
     sow = self.is_mutable_collection("intermediates")
     final, hs, *cos = rum_lib.rum_scan(
-        params, xs, lam=c.lam, eta=c.eta, activation=c.activation,
+        params, xs, lam=lam, eta=c.eta, activation=c.activation,
         update_gate=c.update_gate, h0=initial_carry, return_cos=sow)
     if sow:
       self.sow("intermediates", "cos_theta", cos[0])
@@ -196,3 +222,30 @@ class RUM(nn.Module):
 def supports_scan(cell) -> bool:
   """Whether ``cell`` is a RUM cell that :class:`RUM` (``rum_scan``) can run."""
   return isinstance(cell, RUMCell) and not cell.layer_norm and not cell.zoneout
+
+
+def keep_lam_nonnegative(optimizer: optax.GradientTransformation
+                         ) -> optax.GradientTransformation:
+  """``optimizer`` followed by the projection of every learned ``lam`` onto ``lam >= 0``:
+  the update of a parameter named ``lam`` becomes ``max(lam + update, 0) - lam``
+  (projected gradient descent); other parameters are untouched. The optimizer state is
+  ``optimizer``'s own (the same tree), so checkpoints of models without a learned ``lam``
+  are unaffected."""
+
+  def update(updates, state, params=None):
+    updates, state = optimizer.update(updates, state, params)
+    if params is None:
+      raise ValueError("keep_lam_nonnegative needs params: call update(grads, state, params).")
+
+    def project(path, u, p):
+      if path and getattr(path[-1], "key", None) == LAM_PARAM and jnp.ndim(p) == 0:
+        return jnp.maximum(p + u, 0) - p
+      return u
+
+    return jax.tree_util.tree_map_with_path(project, updates, params), state
+
+  return optax.GradientTransformation(optimizer.init, update)
+
+
+register_optimizer_wrapper("rum_lam", lambda optimizer, learning_rate:
+                           keep_lam_nonnegative(optimizer))

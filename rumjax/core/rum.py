@@ -37,8 +37,9 @@ orthogonal to working precision up to and through ``theta = pi``.
 
 A real ``lam`` (not 0 or 1; section 6 and footnote 9 of the paper) takes the principal power
 ``(R_{t-1})^lam = exp(lam log R_{t-1})`` of :func:`rumjax.core.power.rotation_power` each
-step (an ``eigh`` of ``Nh x Nh``, O(Nh^3) per example and step) and runs the reference scan;
-``lam = 0`` and ``lam = 1`` keep their own code paths.
+step (an ``eigh`` of ``Nh x Nh``, O(Nh^3) per example and step) under
+:func:`checkpointed_scan` (``R_t`` stored every ``sqrt(T)`` steps); ``lam`` may also be a
+traced scalar (learned). ``lam = 0`` and ``lam = 1`` keep their own code paths.
 """
 
 import functools
@@ -48,6 +49,7 @@ from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rumjax.core import initializers, rum_fast
 from rumjax.core.power import rotation_power
@@ -69,18 +71,34 @@ _identity = lambda x: x
 # --------------------------------------------------------------------------- checks
 
 
-def check_lam(lam) -> Union[int, float]:
-  """``lam`` of eq. (2): a real number >= 0; returns 0 and 1 as ints, any other as a float.
+def check_lam(lam) -> Union[int, float, Array]:
+  """``lam`` of eq. (2): a real number >= 0 (0 and 1 returned as ints, any other as a float),
+  or a scalar array (a learned ``lam``, e.g. :class:`~rumjax.cells.rum.RUMCell`'s
+  ``learn_lam``; its sign is the caller's to keep, as the cell's projection does).
 
   0 switches the associative memory off, 1 is ``R_t = R_{t-1} Rotation``, any other value
   the real power ``(R_{t-1})^lam`` (:func:`rumjax.core.power.rotation_power`), e.g. 0.5 or 2.
   """
+  if isinstance(lam, (jax.Array, jax.core.Tracer, np.ndarray)):
+    if jnp.ndim(lam) != 0 or not jnp.issubdtype(lam.dtype, jnp.floating):
+      raise ValueError(f"lam as an array must be a float scalar (a learned lam); got shape "
+                       f"{jnp.shape(lam)} and dtype {lam.dtype}.")
+    return lam
   if (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
       or not math.isfinite(lam) or lam < 0):
     raise ValueError(
         f"lam={lam!r} is not supported: lam is the power of the associative memory in "
         "eq. (2) and must be a real number >= 0 (0: no memory, 1: R_t = R_(t-1) Rotation).")
   return int(lam) if lam in (0, 1) else float(lam)
+
+
+def has_memory(lam) -> bool:
+  """Whether eq. (2)'s memory ``R`` is on (carried): every ``lam`` but a Python 0."""
+  return not (isinstance(lam, numbers.Number) and lam == 0)
+
+
+def _is_one(lam) -> bool:
+  return isinstance(lam, numbers.Number) and lam == 1
 
 
 def check_eta(eta) -> Optional[float]:
@@ -222,7 +240,8 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
       for ``lam > 0``.
     x_proj: <float>[..., 3 Nh] the input projection ``[tau | u | e]`` of this step.
     kernel_h: <float>[Nh, 2 Nh] the recurrent kernel ``[W^tau_hh | W^u_hh]``.
-    lam, eta, activation, update_gate: as in :func:`rum_scan` (already validated).
+    lam, eta, activation, update_gate: as in :func:`rum_scan` (already validated); ``lam``
+      a Python number or a scalar array (a learned ``lam``: the real power).
     norm_tau, norm_u, norm_h: optional normalisations (layer norm) of the ``tau`` and
       ``u`` pre-activations and of the pre-activation ``e + R h`` of ``h~``.
 
@@ -230,15 +249,16 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
     ``(new_carry, (h_t, plane))``: ``h_t`` in the dtype of ``h`` and ``x_proj``, ``R_t``
     and the plane in at least float32 (see the module docstring).
   """
-  r_prev, h = carry if lam else (None, carry)
+  memory = has_memory(lam)
+  r_prev, h = carry if memory else (None, carry)
   nh = h.shape[-1]
   h_proj = h @ kernel_h
   tau = norm_tau(x_proj[..., :nh] + h_proj[..., :nh])
   e = x_proj[..., 2 * nh:]
   plane = rotation_plane(e, tau)
-  if lam:
+  if memory:
     # eq. (2): R_t = (R_{t-1})^lam Rotation(e_t, tau_t); lam = 1 multiplies R_{t-1} as is.
-    r_mem = r_prev if lam == 1 else rotation_power(r_prev, lam)
+    r_mem = r_prev if _is_one(lam) else rotation_power(r_prev, lam)
     r_new, r_h = update_memory(r_mem, plane, h)
   else:
     r_new, r_h = None, apply_plane(plane, h.astype(plane.u.dtype))
@@ -250,7 +270,7 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
     h_new = h_tilde
   if eta is not None:
     h_new = _normalize(h_new, eta)
-  return ((r_new, h_new) if lam else h_new), (h_new, plane)
+  return ((r_new, h_new) if memory else h_new), (h_new, plane)
 
 
 def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
@@ -262,11 +282,11 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
   if h0 is None:
     h = jnp.zeros(tuple(batch_shape) + (nh,), dtype)
     r = None
-  elif lam and isinstance(h0, (tuple, list)):
+  elif has_memory(lam) and isinstance(h0, (tuple, list)):
     r, h = h0
   else:
     h, r = h0, None
-  if not lam:
+  if not has_memory(lam):
     return jnp.asarray(h, dtype)
   rdtype = at_least_float32(dtype)
   if r is None:
@@ -302,26 +322,61 @@ def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
   return (final, hs, cos) if return_cos else (final, hs)
 
 
+def checkpointed_scan(body, carry, xs, segment: int):
+  """``lax.scan(body, carry, xs)`` whose backward pass stores the carry only at every
+  ``segment``-th step and recomputes each segment's forward pass (``jax.checkpoint``).
+
+  Memory of the backward pass: ``ceil(T / segment)`` carries plus one segment's residuals,
+  O((T / segment + segment) size(carry)), i.e. O(sqrt(T)) for ``segment ~ sqrt(T)``,
+  against O(T) for the plain scan; the cost is one more forward pass. Values and gradients
+  are those of the plain scan (the same operations, recomputed).
+  """
+  t = jax.tree.leaves(xs)[0].shape[0]
+  n, rest = divmod(t, segment)
+  run = jax.checkpoint(lambda c, x: jax.lax.scan(body, c, x))
+  outs = []
+  if n:
+    head = jax.tree.map(lambda a: a[:n * segment].reshape((n, segment) + a.shape[1:]), xs)
+    carry, ys = jax.lax.scan(run, carry, head)
+    outs.append(jax.tree.map(lambda a: a.reshape((n * segment,) + a.shape[2:]), ys))
+  if rest:
+    carry, ys = run(carry, jax.tree.map(lambda a: a[n * segment:], xs))
+    outs.append(ys)
+  return carry, (outs[0] if len(outs) == 1
+                 else jax.tree.map(lambda *a: jnp.concatenate(a), *outs))
+
+
+def default_segment(t: int) -> int:
+  """The segment of :func:`checkpointed_scan` for a real ``lam``: ``ceil(sqrt(T))``."""
+  return max(1, math.isqrt(max(t - 1, 0)) + 1)
+
+
 @functools.partial(
     jax.jit, static_argnames=("lam", "eta", "activation", "update_gate", "time_major",
                               "unroll", "return_cos", "impl"))
-def _rum_scan(params, xs, h0, *, lam, eta, activation, update_gate, time_major, unroll,
-              return_cos, impl):
+def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, time_major,
+              unroll, return_cos, impl):
+  """``lam`` is 0, 1 or ``"real"`` (static); a real ``lam``'s value is ``lam_value``, a
+  traced scalar (so a learned ``lam`` and every fixed real one share one compilation)."""
   f = get_activation(activation)
-  if impl == "fast" and lam in (0, 1):  # a real lam: the reference scan (see rum_scan)
+  if impl == "fast" and lam in (0, 1):
     return _fast_scan(params, xs, h0, lam=lam, eta=eta, f=f, update_gate=update_gate,
                       time_major=time_major, unroll=unroll, return_cos=return_cos)
   x_proj = xs @ params["kernel_x"] + params["bias"]  # the whole sequence, one matmul
   if not time_major:
     x_proj = jnp.moveaxis(x_proj, -2, 0)
-  step = functools.partial(rum_step, kernel_h=params["kernel_h"], lam=lam, eta=eta,
+  step = functools.partial(rum_step, kernel_h=params["kernel_h"],
+                           lam=lam_value if lam == "real" else lam, eta=eta,
                            activation=f, update_gate=update_gate)
 
   def body(carry, xp):
     carry, (h, plane) = step(carry, xp)
     return carry, ((h, plane.cos) if return_cos else h)
 
-  final, out = jax.lax.scan(body, h0, x_proj, unroll=unroll)
+  if impl == "fast":   # a real lam: R_t saved every sqrt(T) steps, segments recomputed
+    final, out = checkpointed_scan(body, h0, x_proj, default_segment(x_proj.shape[0]))
+  else:
+    final, out = jax.lax.scan(body, h0, x_proj, unroll=unroll)
   hs, cos = out if return_cos else (out, None)
   if not time_major:
     hs = jnp.moveaxis(hs, 0, -2)
@@ -346,7 +401,9 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     lam: a real number >= 0, the power in eq. (2) ``R_t = (R_{t-1})^lam Rotation(e_t,
       tau_t)``: 0 (no associative memory), 1 (``R_t = R_{t-1} Rotation``) or any other
       value (e.g. 0.5 or 2; the principal power of :func:`rumjax.rotation_power`,
-      footnote 9 of the paper).
+      footnote 9 of the paper), or a float scalar array (a learned ``lam``,
+      differentiable; kept >= 0 by the caller). Every real ``lam`` shares one
+      compilation (its value is traced).
     eta: ``None`` (no time normalization) or the norm ``eta > 0`` of every ``h_t``.
       A zero ``h'_t`` stays zero instead of dividing by zero.
     activation: ``f``: "relu", "tanh", "sigmoid", "softsign" or a callable.
@@ -363,10 +420,13 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
       ``R_t`` (training memory O(B Nh^2 + T B Nh)). ``"reference"``: the plain
       ``lax.scan`` of :func:`rum_step` differentiated by autodiff (saves every
       intermediate, ``R_t`` included); slow but obviously Algorithm 1. Both compute the
-      same values and gradients up to rounding. A ``lam`` other than 0 and 1 always runs
-      the reference scan (``impl="fast"`` falls back to it: the hand-written backward
-      pass covers 0 and 1 only), so its training memory grows with T (every ``R_t`` is
-      saved).
+      same values and gradients up to rounding. For a ``lam`` other than 0 and 1,
+      ``"fast"`` is the same step under :func:`checkpointed_scan`: ``R_t`` is saved only
+      every ``ceil(sqrt(T))`` steps and each segment recomputed in the backward pass
+      (training memory O(sqrt(T) B Nh^2), one more forward pass); ``"reference"`` saves
+      every ``R_t`` (O(T B Nh^2)). (Rebuilding ``R_{t-1}`` backwards as ``lam = 1`` does,
+      ``R_{t-1} = (R_t Rotation_t^T)^(1/lam)``, multiplies the rounding by about ``1/lam``
+      per step: unusable for ``lam < 1``.)
 
   Returns:
     ``(final_state, hs)``: ``final_state`` is ``h_T`` for ``lam=0`` and ``(R_T, h_T)``
@@ -399,11 +459,13 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
   params = jax.tree.map(lambda p: jnp.asarray(p, dtype), params)
   batch_shape = jnp.shape(xs)[1:-1] if time_major else jnp.shape(xs)[:-2]
   carry = initial_carry(batch_shape, nh, lam, dtype, h0)
-  h_shape = jnp.shape(carry[1] if lam else carry)
+  h_shape = jnp.shape(carry[1] if has_memory(lam) else carry)
   if h_shape != tuple(batch_shape) + (nh,):
     raise ValueError(
         f"h0 has shape {h_shape} but xs of shape {jnp.shape(xs)} with Nh={nh} needs "
         f"{tuple(batch_shape) + (nh,)}.")
-  return _rum_scan(params, xs, carry, lam=lam, eta=eta, activation=activation,
+  static = lam if isinstance(lam, int) else "real"
+  lam_value = None if static != "real" else jnp.asarray(lam, at_least_float32(dtype))
+  return _rum_scan(params, xs, carry, lam_value, lam=static, eta=eta, activation=activation,
                    update_gate=bool(update_gate), time_major=bool(time_major),
                    unroll=unroll, return_cos=bool(return_cos), impl=impl)

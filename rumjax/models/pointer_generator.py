@@ -397,7 +397,7 @@ class PointerGenerator(nn.Module):
     coverage: the coverage feature ``w_c c_i`` in the attention scores (its loss is
       :func:`coverage_loss`, added by the task).
     unk_id: the id OOV inputs are embedded as (``Vocabulary`` puts ``<unk>`` at 1).
-    lam, eta, activation, update_gate: the cells' options (passed by
+    lam, learn_lam, eta, activation, update_gate: the cells' options (passed by
       :func:`rumjax.cells.cell_from_config` to the cells that have them; RUM "without time
       normalization" is ``eta=None``).
     dtype, param_dtype: the precision policy (module docstring; None: float32), passed
@@ -412,7 +412,8 @@ class PointerGenerator(nn.Module):
   pointer: bool = True
   coverage: bool = False
   unk_id: int = 1
-  lam: int = 0
+  lam: float = 0
+  learn_lam: bool = False
   eta: Optional[float] = None
   activation: Union[str, Callable] = "relu"
   update_gate: bool = True
@@ -420,7 +421,8 @@ class PointerGenerator(nn.Module):
   param_dtype: Any = jnp.float32
 
   def _make_cell(self, name: str) -> nn.RNNCellBase:
-    options = {"lam": self.lam, "eta": self.eta, "activation": self.activation,
+    options = {"lam": self.lam, "learn_lam": self.learn_lam, "eta": self.eta,
+               "activation": self.activation,
                "update_gate": self.update_gate, "dtype": self.dtype,
                "param_dtype": self.param_dtype}
     return cell_from_config(name, self.hidden_size, options)

@@ -166,3 +166,25 @@ def load_json(path: str) -> Optional[dict]:
 def load_config(model_dir: str) -> Optional[dict]:
   """A workdir's ``config.json`` (written by ``launch.reproduce``), or ``None``."""
   return load_json(os.path.join(model_dir, "config.json"))
+
+
+def save_lam_sweep(fixed: Sequence[tuple], learned: Sequence[tuple],
+                   trajectories: Mapping[str, tuple], ylabel: str, path: str,
+                   title: str = "") -> str:
+  """RUM with a real ``lam`` (RUM paper, section 6): the final metric against a fixed
+  ``lam`` (a line of ``(lam, value)`` points), the runs with a learned ``lam`` as stars at
+  their final ``lam``, and, beside it, the learned ``lam`` during training
+  (``{label: (steps, lam)}``)."""
+  fig, axes = figure(12.0, 4.6, ncols=2)
+  ax = axes[0, 0]
+  if fixed:
+    ax.plot([x for x, _ in fixed], [y for _, y in fixed], "o-", label="λ fixed")
+  for x, y in learned:
+    ax.plot([x], [y], "*", ms=14, label=f"λ learned (ends at {x:.3f})")
+  ax.set_xlabel("λ")
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  draw_curves(axes[0, 1], trajectories, ylabel="learned λ", title="learned λ during training")
+  return save(fig, path)

@@ -270,11 +270,25 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
       cache[ev.name] = (step, ev.run(state))
     record.update(cache[ev.name][1])
   if record:
+    record.update(scalar_params(state.params))
     writer.write(step, record)
     logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
     if not final:
       state = hooks_lib.call_after_eval(hooks_, step, state, record, ctx)
   return record, state
+
+
+def scalar_params(params) -> dict[str, float]:
+  """Every scalar (0-d) parameter of the model as ``{"params/<path>": value}``, e.g. RUM's
+  learned ``lam`` (``params/rnn/cell/lam``): logged with every evaluation so that learned
+  scalars can be followed through training; ``{}`` for a model without any."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    if jnp.ndim(leaf) == 0:
+      name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+      local = leaf.addressable_data(0) if isinstance(leaf, jax.Array) else leaf  # multi-host
+      out[f"params/{name}"] = float(np.asarray(local))
+  return out
 
 
 def _check_metric(field: str, metric: str, evals) -> None:
