@@ -35,6 +35,7 @@ OPTIONS = {
 CASES = [(name, OPTIONS[name]) for name in sorted(OPTIONS)] + [
     ("rum", dict(lam=0, layer_norm=True, zoneout=0.2, activation="tanh")),
     ("rum", dict(lam=1, update_gate=False)),
+    ("rum", dict(lam=0.7, learn_lam=True, eta=1.0)),   # params["lam"], a real power
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items())}" for name, opts in CASES]
 

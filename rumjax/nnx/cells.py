@@ -160,7 +160,8 @@ class RUMCell(Cell):
   Parameters ``kernel_x`` <[in, 3 N]>, ``kernel_h`` <[N, 2 N]>, ``bias`` <[3 N]>: the
   layout of :func:`rumjax.init_rum_params`, so ``rum_scan({k: v[...] ...}, xs)`` computes
   the hidden states of ``nnx.RNN(cell)`` (without layer norm and zoneout). With
-  ``layer_norm``: ``ln_tau``, ``ln_u``, ``ln_h`` (:class:`LayerNorm`).
+  ``layer_norm``: ``ln_tau``, ``ln_u``, ``ln_h`` (:class:`LayerNorm`); with ``learn_lam``:
+  ``lam``, a scalar ``nnx.Param`` initialised at ``lam``.
 
   Example::
 
@@ -169,6 +170,7 @@ class RUMCell(Cell):
   """
 
   def __init__(self, in_features: int, hidden_features: int, *, lam: float = 0,
+               learn_lam: bool = False,
                eta: Optional[float] = None, activation: Union[str, Callable] = "relu",
                update_gate: bool = True, layer_norm: bool = False, zoneout: float = 0.0,
                deterministic: bool = True,
@@ -183,7 +185,11 @@ class RUMCell(Cell):
     base.check_probability("zoneout", zoneout)
     self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
     n = hidden_features
-    self.lam, self.eta, self.activation, self.update_gate = lam, eta, activation, update_gate
+    self.eta, self.activation, self.update_gate = eta, activation, update_gate
+    # learn_lam: lam is the nnx.Param ``lam`` (a scalar, as the Linen cell's params["lam"];
+    # keep it >= 0 with rumjax.cells.keep_lam_nonnegative around your optax optimizer).
+    self.learn_lam = learn_lam
+    self.lam = nnx.Param(jnp.full((), lam, param_dtype)) if learn_lam else lam
     self.layer_norm, self.zoneout, self.deterministic = layer_norm, zoneout, deterministic
     self.kernel_x = _param(kernel_x_init, rngs, (in_features, 3 * n), param_dtype)
     self.kernel_h = _param(kernel_h_init, rngs, (n, 2 * n), param_dtype)
@@ -196,29 +202,35 @@ class RUMCell(Cell):
   def __call__(self, carry, inputs):
     """One RUM step (:func:`rumjax.core.rum.rum_step`): ``(carry, x_t) -> (carry, h_t)``,
     the carry ``h`` (``lam=0``) or ``(R, h)`` (``lam > 0``)."""
+    lam = self.lam[...] if self.learn_lam else self.lam
     inputs, kernel_x, kernel_h, bias, carry = rum_cell_lib.cast_step_inputs(
-        inputs, self.kernel_x[...], self.kernel_h[...], self.bias[...], carry, lam=self.lam,
+        inputs, self.kernel_x[...], self.kernel_h[...], self.bias[...], carry, lam=lam,
         dtype=self.dtype)
     norms = {}
     if self.layer_norm:
       norms = dict(norm_tau=self.ln_tau, norm_u=self.ln_u, norm_h=self.ln_h)
     new_carry, (h, _) = rum_lib.rum_step(
-        carry, inputs @ kernel_x + bias, kernel_h, lam=self.lam, eta=self.eta,
+        carry, inputs @ kernel_x + bias, kernel_h, lam=lam, eta=self.eta,
         activation=rum_lib.get_activation(self.activation),
         update_gate=self.update_gate, **norms)
     if self.zoneout > 0:
-      h_prev = carry[1] if self.lam else carry
+      h_prev = carry[1] if self.has_memory else carry
       h = base.zoneout(_RngSource(self.rngs), self.zoneout, h_prev, h,
                        deterministic=self.deterministic)
-      new_carry = (new_carry[0], h) if self.lam else h
+      new_carry = (new_carry[0], h) if self.has_memory else h
     return new_carry, h
+
+  @property
+  def has_memory(self) -> bool:
+    """Whether the carry holds the memory ``R`` (``lam > 0`` or a learned ``lam``)."""
+    return self.learn_lam or rum_lib.has_memory(self.lam)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
     """``h_0 = 0`` (and ``R_0 = 1`` in at least float32 for ``lam > 0``)."""
     del carry_init
     h = self.carry_init(_key(rngs), tuple(input_shape[:-1]) + (self.hidden_features,),
                         self.dtype or self.param_dtype)
-    if not self.lam:
+    if not self.has_memory:
       return h
     eye = jnp.eye(self.hidden_features, dtype=at_least_float32(h.dtype))
     return jnp.broadcast_to(eye, h.shape[:-1] + eye.shape), h
