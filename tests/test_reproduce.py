@@ -207,8 +207,8 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
 
 def test_configs_of_the_paper():
   assert sorted(EXPERIMENTS) == ["copying_T1000", "copying_T200", "copying_T500",
-                                 "recall_T30", "recall_T50", "sst_binary", "sst_fine",
-                                 "summ_synthetic"]
+                                 "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
+                                 "sst_binary", "sst_fine", "summ_synthetic"]
   copying = EXPERIMENTS["copying_T500"]
   assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
                                   "eurnn", "goru"]
@@ -238,6 +238,27 @@ def test_configs_of_the_paper():
     experiments.select_models(recall, ["rum_lam7"])
   with pytest.raises(ValueError, match="budget_minutes=0"):
     experiments.check_options(experiments.Options(budget_minutes=0))
+
+
+def test_lam_sweep_reports_the_learned_lam_and_draws_it(tmp_path):
+  """The real-lam sweep (issue 29): the fixed lams and the learned one train through the
+  runner; the learned lam's final value is a column and its trajectory is in the figure."""
+  exp = EXPERIMENTS["lam_copying"]
+  assert list(exp.models) == ["rum_lam0", "rum_lam025", "rum_lam05", "rum_lam075", "rum_lam1",
+                              "rum_learn_lam"]
+  assert experiments.model_config(exp, "rum_lam025").model.lam == 0.25
+  learned = experiments.model_config(exp, "rum_learn_lam").model
+  assert learned.learn_lam and learned.lam == 0.5 and learned.hidden_size == 50
+  summary = experiments.run_experiment(
+      exp, str(tmp_path), ["rum_lam05", "rum_lam1", "rum_learn_lam"],
+      experiments.Options(tiny=True, steps=3, eval_every=2, log_every=1), log=lambda _: None)
+  records = summary["models"]
+  lam = records["rum_learn_lam"]["metrics"]["params/rnn/cell/lam"]
+  assert lam >= 0 and lam != 0.5
+  assert "params/rnn/cell/lam" not in records["rum_lam05"]["metrics"]
+  table = open(tmp_path / "lam_copying" / "results.md").read()
+  assert f"{lam:.3f}" in table
+  _assert_png(tmp_path / "lam_copying" / "lam_copying.png")
 
 
 def test_command_lines(runs, tmp_path):

@@ -186,5 +186,9 @@ def save_lam_sweep(fixed: Sequence[tuple], learned: Sequence[tuple],
   ax.set_title(title)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
-  draw_curves(axes[0, 1], trajectories, ylabel="learned λ", title="learned λ during training")
+  if any(len(steps) for steps, _ in trajectories.values()):
+    draw_curves(axes[0, 1], trajectories, ylabel="learned λ",
+                title="learned λ during training")
+  else:
+    axes[0, 1].set_axis_off()
   return save(fig, path)
