@@ -119,6 +119,34 @@ RESUME_MAY_CHANGE = (
     "init_from", "data_dir", "manual_dir", "ood_manual_dir")
 
 
+# Fields added to the configs after runs were saved without them, with the value that
+# reproduces what those runs did: a saved config lacking one of them resumes (and counts as
+# the same run) when the new config holds this value. Add a field here whenever a new
+# config field's default keeps the old behaviour.
+ADDED_FIELDS = {
+    "model.learn_lam": False,        # issue 29: RUM's lam learned (2026-11-26)
+    "model.slow_learn_lam": False,   # the same for the slow RUM of an FS-RUM-2
+}
+
+
+def fill_added_fields(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
+  """``saved`` (a ``config.json``) with every field of :data:`ADDED_FIELDS` that it lacks
+  and that ``new`` holds at its old-behaviour value filled in with that value."""
+  out = json.loads(json.dumps(saved))
+  flat_saved, flat_new = _flat(saved), _flat(new)
+  for path, value in ADDED_FIELDS.items():
+    if path not in flat_saved and path in flat_new and flat_new[path] == value:
+      *parents, leaf = path.split(".")
+      node = out
+      for key in parents:
+        if not isinstance(node.get(key), dict):
+          break
+        node = node[key]
+      else:
+        node[leaf] = value
+  return out
+
+
 def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   out = {}
   for key, value in values.items():
@@ -138,10 +166,11 @@ def resume_differences(saved: Mapping[str, Any], new: Mapping[str, Any],
                        ) -> list[tuple[str, Any, Any]]:
   """The fields that differ between a workdir's saved config and a new run's, leaving out
   ``may_change`` (a field or a whole sub-config such as ``"evals"``), as sorted
-  ``(dotted path, saved value, new value)``; a field missing on one side is ``"<absent>"``.
-  Both are compared as JSON (``saved`` is a ``config.json``; pass ``new`` through
-  :func:`as_json`)."""
-  a, b = _flat(saved), _flat(new)
+  ``(dotted path, saved value, new value)``; a field missing on one side is ``"<absent>"``,
+  except a field of :data:`ADDED_FIELDS` missing in ``saved`` that ``new`` holds at its
+  old-behaviour value. Both are compared as JSON (``saved`` is a ``config.json``; pass
+  ``new`` through :func:`as_json`)."""
+  a, b = _flat(fill_added_fields(saved, new)), _flat(new)
   absent = "<absent>"
   return [(path, a.get(path, absent), b.get(path, absent))
           for path in sorted(set(a) | set(b))

@@ -359,8 +359,9 @@ def finished(config, workdir: str) -> Optional[dict]:
   """The record of ``<workdir>/result.json`` if that run finished (status in
   :data:`FINISHED`) with the same config, else ``None``."""
   record = utils.read_json(os.path.join(workdir, RESULT_FILE))
-  if (record and record.get("status") in FINISHED
-      and record.get("config") == _json_config(config)):
+  new = _json_config(config)
+  if (record and record.get("status") in FINISHED and isinstance(record.get("config"), dict)
+      and configs.fill_added_fields(record["config"], new) == new):
     return record
   return None
 

@@ -45,6 +45,19 @@ def test_resume_differences_leave_out_the_fields_that_may_change():
       "config.model.hidden_size: 8 in the workdir, 16 now")
 
 
+def test_a_field_added_since_the_run_resumes_at_its_old_behaviour_value():
+  """A workdir saved before configs.ADDED_FIELDS' fields existed (model.learn_lam) resumes
+  when the new config keeps the old behaviour (False), not when it changes it; the
+  experiment runner's finished() agrees."""
+  saved = {"seed": 0, "model": {"cell": "rum", "lam": 1.0}}
+  assert configs.resume_differences(
+      saved, {"seed": 0, "model": {"cell": "rum", "lam": 1.0, "learn_lam": False}}) == []
+  assert configs.resume_differences(
+      saved, {"seed": 0, "model": {"cell": "rum", "lam": 1.0, "learn_lam": True}}) == [
+          ("model.learn_lam", "<absent>", True)]
+  assert configs.fill_added_fields(saved, {"model": {}}) == saved   # nothing to fill
+
+
 def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
   workdir = str(tmp_path / "run")
   training.train_and_evaluate(_config(num_steps=5), workdir, toy_task.TASK)
