@@ -37,7 +37,7 @@ def test_notebook_is_clean_and_colab_ready():
     if cell.cell_type == "code":
       assert "from launch" not in cell.source and "import launch" not in cell.source
   params = nb.cells[_parameters_index(nb)].source
-  for name in ("NUM_STEPS", "LENGTH", "HIDDEN_SIZE", "WORKDIR"):
+  for name in ("NUM_STEPS", "LENGTH", "HIDDEN_SIZE", "NNX_STEPS", "WORKDIR"):
     assert f"\n{name} = " in f"\n{params}", name
 
 
@@ -58,7 +58,7 @@ def test_notebook_runs(tmp_path, python3_kernel):
   workdir = tmp_path / "work"
   small = nbformat.v4.new_code_cell(
       f"NUM_STEPS = 4\nLENGTH = 6\nHIDDEN_SIZE = 8\nBATCH_SIZE = 8\nEVAL_EVERY = 2\n"
-      f"EVAL_BATCHES = 1\nWORKDIR = {str(workdir)!r}\n"
+      f"EVAL_BATCHES = 1\nNNX_STEPS = 5\nWORKDIR = {str(workdir)!r}\n"
       "import sys as _sys; print('kernel python:', _sys.executable)")
   small.metadata["tags"] = ["injected-parameters"]
   nb.cells.insert(_parameters_index(nb) + 1, small)
@@ -70,6 +70,7 @@ def test_notebook_runs(tmp_path, python3_kernel):
   assert f"kernel python: {sys.executable}" in text
   assert f"repository root: {REPO}" in text
   assert "step 4: dev accuracy" in text
+  assert "NNX step 5: train loss" in text and "NNX step 5: dev accuracy" in text   # the NNX cell
   images = [c for c in nb.cells if c.cell_type == "code"
             and any("image/png" in o.get("data", {}) for o in c.outputs)]
   assert len(images) == 2
