@@ -170,17 +170,22 @@ def load_config(model_dir: str) -> Optional[dict]:
 
 def save_lam_sweep(fixed: Sequence[tuple], learned: Sequence[tuple],
                    trajectories: Mapping[str, tuple], ylabel: str, path: str,
-                   title: str = "") -> str:
+                   title: str = "", baseline: Optional[float] = None) -> str:
   """RUM with a real ``lam`` (RUM paper, section 6): the final metric against a fixed
-  ``lam`` (a line of ``(lam, value)`` points), the runs with a learned ``lam`` as stars at
-  their final ``lam``, and, beside it, the learned ``lam`` during training
-  (``{label: (steps, lam)}``)."""
+  ``lam`` (``(lam, mean, std)`` points joined by a line, std as error bars), the runs with a
+  learned ``lam`` as stars at their final ``lam`` (``(lam, mean, std)``), an optional
+  dashed baseline (the memoryless cross-entropy) and, beside it, the learned ``lam`` during
+  training (``{label: (steps, lam)}``)."""
   fig, axes = figure(12.0, 4.6, ncols=2)
   ax = axes[0, 0]
   if fixed:
-    ax.plot([x for x, _ in fixed], [y for _, y in fixed], "o-", label="λ fixed")
-  for x, y in learned:
-    ax.plot([x], [y], "*", ms=14, label=f"λ learned (ends at {x:.3f})")
+    ax.errorbar([p[0] for p in fixed], [p[1] for p in fixed], yerr=[p[2] for p in fixed],
+                fmt="o-", capsize=3, label="λ fixed")
+  for lam, mean, std in learned:
+    ax.errorbar([lam], [mean], yerr=[std], fmt="*", ms=14, capsize=3,
+                label=f"λ learned (ends at {lam:.3f})")
+  if baseline is not None:
+    ax.axhline(baseline, color="k", ls="--", lw=1.0, label=f"memoryless {baseline:.4f}")
   ax.set_xlabel("λ")
   ax.set_ylabel(ylabel)
   ax.set_title(title)

@@ -17,6 +17,7 @@ A real ``lam`` costs an ``eigh`` of an ``Nh x Nh`` matrix per example and step (
 from rumjax import experiments, plotting
 from tasks import copying as copying_task
 from tasks import recall as recall_task
+from tasks.experiments import copying as copying_experiments
 
 LAMS = (0, 0.25, 0.5, 0.75, 1)
 LEARN_FROM = 0.5
@@ -53,21 +54,31 @@ TINY_COPYING = {"model.hidden_size": 8, "batch_size": 8, "delay": 4, "num_train"
                 "num_test": 16}
 
 
-def _plot(metric: str, label: str, scale: float = 1.0):
+def _spread(name: str, scale: float = 1.0):
+  """The sample standard deviation over seeds of the final metric ``name`` (0 for one run)."""
+  def value(record):
+    return scale * ((record.get("metrics_std") or {}).get(name) or 0.0)
+  return value
+
+
+def _plot(metric: str, label: str, scale: float = 1.0, baseline=None):
   def plot(summary: dict, exp_dir: str) -> str:
-    """The final ``metric`` against ``lam`` (fixed: a line; learned: a marker at its final
-    ``lam``), and the learned ``lam`` during training, in ``<exp_dir>/<experiment>.png``."""
+    """The final ``metric`` against ``lam`` (fixed: a line, mean ± std over seeds; learned:
+    a star at its final ``lam``), and the learned ``lam`` at each evaluation (one curve per
+    seed), in ``<exp_dir>/<experiment>.png``."""
     records = list(summary["models"].values())
-    fixed = sorted((fixed_lam(r), experiments.metric(metric, scale)(r)) for r in records
-                   if fixed_lam(r) is not None and experiments.metric(metric)(r) is not None)
-    learned = [(final_lam(r), experiments.metric(metric, scale)(r)) for r in records
+    value, spread = experiments.metric(metric, scale), _spread(metric, scale)
+    fixed = sorted((fixed_lam(r), value(r), spread(r)) for r in records
+                   if fixed_lam(r) is not None and value(r) is not None)
+    learned = [(final_lam(r), value(r), spread(r)) for r in records
                if fixed_lam(r) is None and final_lam(r) is not None]
-    curves = experiments.metric_curves(exp_dir, summary, ("params/rnn/cell/lam",))
-    trajectories = {k: v["params/rnn/cell/lam"] for k, v in curves.items()
-                    if "params/rnn/cell/lam" in v}
-    return plotting.save_lam_sweep(fixed, learned, trajectories, label,
-                                   f"{exp_dir}/{summary['experiment']}.png",
-                                   title=f"RUM with a real λ: {summary['experiment']}")
+    name = "params/rnn/cell/lam"
+    curves = experiments.metric_curves(exp_dir, summary, (name,))
+    trajectories = {k: v[name] for k, v in curves.items() if len(v[name][0])}
+    return plotting.save_lam_sweep(
+        fixed, learned, trajectories, label, f"{exp_dir}/{summary['experiment']}.png",
+        title=f"RUM with a real λ: {summary['experiment']}",
+        baseline=None if baseline is None else baseline(summary))
   return plot
 
 
@@ -86,5 +97,5 @@ EXPERIMENTS = {
                  experiments.Column("copied acc. (%)",
                                     experiments.metric("test_accuracy", 100.0)),
                  experiments.Column("final λ", final_lam, ".3f")),
-        plot=_plot("test_loss", "test cross-entropy")),
+        plot=_plot("test_loss", "test cross-entropy", baseline=copying_experiments.baseline)),
 }
