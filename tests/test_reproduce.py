@@ -259,6 +259,11 @@ def test_lam_sweep_reports_the_learned_lam_and_draws_it(tmp_path):
   table = open(tmp_path / "lam_copying" / "results.md").read()
   assert f"{lam:.3f}" in table
   _assert_png(tmp_path / "lam_copying" / "lam_copying.png")
+  recall = experiments.run_experiment(
+      EXPERIMENTS["lam_recall_T30"], str(tmp_path), ["rum_lam05"],
+      experiments.Options(tiny=True, steps=2, eval_every=2, log_every=1), log=lambda _: None)
+  assert recall["models"]["rum_lam05"]["config"]["model"]["lam"] == 0.5
+  assert "test_accuracy" in recall["models"]["rum_lam05"]["metrics"]
 
 
 def test_command_lines(runs, tmp_path):
