@@ -58,7 +58,7 @@ FAST_SLOW_LM = dict(name="lm", core="fast_slow", embed_dim=128, dropout_rate=0.3
                     fast_cell="lnlstm", fast_size=700, num_fast=2, fast_zoneout=0.1,
                     fast_zoneout_c=0.5)
 # RUM with layer norm and zoneout of h (Table 5), lam 0, eta 1.0.
-RUM_OPTIONS = dict(lam=0, learn_lam=False, eta=1.0, activation="relu", update_gate=True,
+RUM_OPTIONS = dict(lam=0.0, learn_lam=False, eta=1.0, activation="relu", update_gate=True,
                    layer_norm=True, zoneout=0.1)
 RUM = dict(cell="rum", **RUM_OPTIONS)
 # The word-level models (LSTMN paper sec. 5.1): 300 units, embedding 150, dropout 0.5.

@@ -31,7 +31,7 @@ def model_config(configuration: str, **fields) -> ml_collections.ConfigDict:
   otherwise."""
   m = ml_collections.ConfigDict(dict(
       name="pointer_generator", **VARIANTS[configuration], embed_dim=128, hidden_size=256,
-      pointer=True, coverage=False, lam=0, learn_lam=False, eta=None, activation="relu",
+      pointer=True, coverage=False, lam=0.0, learn_lam=False, eta=None, activation="relu",
       update_gate=True))
   common.add_precision(m)
   m.update(fields)
