@@ -171,3 +171,19 @@ def test_keep_lam_nonnegative_projects_only_lam():
   zoo = optim.make_optimizer(config)
   updates, _ = zoo.update(grads, zoo.init(params), params)
   assert float(optax.apply_updates(params, updates)["cell"]["lam"]) == 0.0
+
+
+def test_learned_lam_in_bfloat16_keeps_the_memory_a_rotation():
+  """The precision policy with a learned lam: hidden states in bfloat16, the memory R and
+  the parameter lam in float32, R orthogonal to float32 accuracy, finite gradient in lam."""
+  xs = _xs(7, 2, 20, 4).astype(jnp.bfloat16)
+  rnn = nn.RNN(rumjax.RUMCell(6, lam=0.5, learn_lam=True, eta=1.0, dtype=jnp.bfloat16),
+               return_carry=True)
+  variables = rnn.init(jax.random.key(3), xs)
+  assert variables["params"]["cell"]["lam"].dtype == jnp.float32
+  (r, h), hs = rnn.apply(variables, xs)
+  assert hs.dtype == jnp.bfloat16 and r.dtype == jnp.float32
+  np.testing.assert_allclose(jnp.einsum("bji,bjk->bik", r, r),
+                             np.broadcast_to(np.eye(6), r.shape), atol=1e-5)
+  g = jax.grad(lambda v: jnp.sum(jnp.sin(rnn.apply(v, xs)[1].astype(jnp.float32))))(variables)
+  assert np.isfinite(float(g["params"]["cell"]["lam"]))

@@ -233,9 +233,9 @@ def keep_lam_nonnegative(optimizer: optax.GradientTransformation
   are unaffected."""
 
   def update(updates, state, params=None):
-    updates, state = optimizer.update(updates, state, params)
     if params is None:
       raise ValueError("keep_lam_nonnegative needs params: call update(grads, state, params).")
+    updates, state = optimizer.update(updates, state, params)
 
     def project(path, u, p):
       if path and getattr(path[-1], "key", None) == LAM_PARAM and jnp.ndim(p) == 0:

@@ -322,7 +322,7 @@ def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
   return (final, hs, cos) if return_cos else (final, hs)
 
 
-def checkpointed_scan(body, carry, xs, segment: int):
+def checkpointed_scan(body, carry, xs, segment: int, unroll: int = 1):
   """``lax.scan(body, carry, xs)`` whose backward pass stores the carry only at every
   ``segment``-th step and recomputes each segment's forward pass (``jax.checkpoint``).
 
@@ -333,7 +333,7 @@ def checkpointed_scan(body, carry, xs, segment: int):
   """
   t = jax.tree.leaves(xs)[0].shape[0]
   n, rest = divmod(t, segment)
-  run = jax.checkpoint(lambda c, x: jax.lax.scan(body, c, x))
+  run = jax.checkpoint(lambda c, x: jax.lax.scan(body, c, x, unroll=unroll))
   outs = []
   if n:
     head = jax.tree.map(lambda a: a[:n * segment].reshape((n, segment) + a.shape[1:]), xs)
@@ -374,7 +374,8 @@ def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, t
     return carry, ((h, plane.cos) if return_cos else h)
 
   if impl == "fast":   # a real lam: R_t saved every sqrt(T) steps, segments recomputed
-    final, out = checkpointed_scan(body, h0, x_proj, default_segment(x_proj.shape[0]))
+    final, out = checkpointed_scan(body, h0, x_proj, default_segment(x_proj.shape[0]),
+                                   unroll=unroll)
   else:
     final, out = jax.lax.scan(body, h0, x_proj, unroll=unroll)
   hs, cos = out if return_cos else (out, None)
