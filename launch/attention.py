@@ -4,15 +4,25 @@ r"""The intra-attention of a trained LSTMN on one sentence (Cheng et al., 2016, 
         --sentence="it 's tough to watch but it 's a fantastic movie"
         # -> docs/figures/lstmn_attention.png
 
-``--workdir`` is a ``launch.train`` run of ``sst`` or ``snli`` with an LSTMN model
+    python -m launch.attention --workdir=/tmp/wordptb/lstmn \
+        --sentence="he sits down at the piano and plays" --out=docs/figures/ptb_lstmn_attention.png
+
+``--workdir`` is a ``launch.train`` run of ``sst`` or ``snli`` with an LSTMN model, or of
+``ptb`` with an LSTMN language model (``--variant=word_lstmn1``)
 (``config.json`` and checkpoints; the latest checkpoint unless ``--step``). The sentence is
 tokenised by the task (``task.sentence_batch``: SST's lower-cased treebank tokens; words
 not in the run's vocabulary are ``<unk>``), read by the model's LSTMN
 (:func:`rumjax.models.text_classifier.intra_attention`), and ``--layer``'s weights are drawn
 by :func:`rumjax.plotting.attention.plot_intra_attention`. For SNLI the sentence is the
 premise (and the hypothesis, unless ``--hypothesis``); ``--role=hypothesis`` draws the
-hypothesis encoder's attention (``lstmn`` only).
+hypothesis encoder's attention (``lstmn`` only). For ``ptb`` the sentence is a line of the
+validation set (Figure 4's four are), read after the stream before it so that slot 0 holds
+the carried state, as in evaluation (:mod:`rumjax.analysis.lm_attention`); beside it the
+mean attention by distance over the first ``--profile_windows`` windows of the validation
+stream, also printed as JSON.
 """
+
+import json
 
 import sys
 
@@ -21,7 +31,8 @@ from absl import flags
 
 import launch
 import tasks
-from rumjax.analysis import runs
+from tasks import ptb
+from rumjax.analysis import lm_attention, runs
 from rumjax.plotting import attention as plotting_attention
 from rumjax.models import text_classifier
 
@@ -42,6 +53,8 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("layer", -1, "LSTMN layer (0 = bottom, -1 = top).", **f)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **f)
   flags.DEFINE_string("out", "docs/figures/lstmn_attention.png", "The PNG to write.", **f)
+  flags.DEFINE_integer("profile_windows", 50, "ptb: validation windows read for the mean "
+                       "attention by distance.", **f)
 
 
 def run(values) -> str:
@@ -49,6 +62,8 @@ def run(values) -> str:
   try:
     task, config, step, params = runs.load_run(values.workdir, tasks.get_task,
                                                  values.step)
+    if config.task == "ptb":
+      return _run_lm(values, task, config, step, params)
     if task.sentence_batch is None:
       raise ValueError(f"task {config.task!r} has no sentence_batch: attention pictures "
                        "are for the sst and snli tasks.")
@@ -69,6 +84,27 @@ def run(values) -> str:
            f"{len(layers)}")
   path = plotting_attention.plot_intra_attention(tokens, np.asarray(layers[k][0]),
                                                  values.out, title)
+  print(path)
+  return path
+
+
+def _run_lm(values, task, config, step, params) -> str:
+  """The ptb branch of :func:`run` (module docstring)."""
+  context, ids = ptb.sentence_in_context(config, values.sentence)
+  layers = lm_attention.sentence_attention(params, context, ids, config.seq_len)
+  if not -len(layers) <= values.layer < len(layers):
+    raise ValueError(f"--layer={values.layer}: the model has {len(layers)} LSTMN layer(s).")
+  k = values.layer % len(layers)
+  profiles = lm_attention.profile(params, task.eval_data(config, "valid"),
+                                  max_windows=values.profile_windows)
+  print(json.dumps({"step": step, "context_tokens": len(context), "profile": profiles}))
+  tokens = task.to_text(config, ids).split()
+  where = "after its context" if len(context) else "alone (not a validation line)"
+  path = plotting_attention.plot_lm_attention(
+      tokens, layers[k], profiles[k], values.out,
+      f"ptb {config.variant or ''} (step {step}), layer {k + 1}: a sentence read {where}",
+      f"mean over {profiles[k]['windows']} validation windows of {config.seq_len} x "
+      f"{config.eval_batch_size}")
   print(path)
   return path
 

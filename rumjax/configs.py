@@ -126,6 +126,7 @@ RESUME_MAY_CHANGE = (
 ADDED_FIELDS = {
     "model.learn_lam": False,        # issue 29: RUM's lam learned (2026-11-26)
     "model.slow_learn_lam": False,   # the same for the slow RUM of an FS-RUM-2
+    "init_uniform": 0.0,             # issue 31: every parameter U(-s, s) (2026-11-26)
 }
 
 

@@ -63,6 +63,10 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.eval_every = 100
   c.log_every = 50
   c.init_from = ""  # a workdir whose latest checkpoint's params initialise the model
+  # > 0: every parameter drawn from U(-init_uniform, init_uniform) instead of the modules'
+  # initialisers (the Torch language-model code of Zaremba et al. 2014 and of the LSTMN
+  # authors: 0.05 / 0.1); 0 keeps the modules' own.
+  c.init_uniform = 0.0
   # Early stopping (off when the metric is ""): the best checkpoint is kept in
   # <workdir>/best (rumjax.training.hooks.EarlyStopping; launch.evaluate --best reads it).
   c.early_stopping_metric = ""
@@ -154,6 +158,9 @@ def validate_common(config: Mapping[str, Any], splits=None) -> None:
   check_int(config, "log_every", 0)
   check_int(config, "checkpoint_every", 0)
   check_int(config, "keep_checkpoints", 1)
+  if not _is_number(config.get("init_uniform", 0.0)) or config.get("init_uniform", 0.0) < 0:
+    raise ValueError(f"config.init_uniform={config['init_uniform']!r} must be a number >= 0 "
+                     "(0: the modules' initialisers).")
   if "early_stopping_metric" in config:
     if not isinstance(config["early_stopping_metric"], str):
       raise ValueError(f"config.early_stopping_metric={config['early_stopping_metric']!r} "

@@ -185,6 +185,26 @@ def to_text(config, ids) -> str:
   return text.replace("_", " ") if config.level == "char" else text
 
 
+def sentence_in_context(config, sentence: str, split: str = "valid"
+                        ) -> tuple[np.ndarray, np.ndarray]:
+  """``(context, ids)``: a line of ``split`` and the stream before it (LSTMN Figure 4's
+  sentences are lines of the validation set), as token ids <int32>[N], [L].
+
+  ``sentence`` is a whole line as written in the file (words separated by spaces at the
+  word level, characters at the char level); a line not in the split is encoded alone
+  with an empty context (words outside the vocabulary become ``<unk>``).
+  """
+  vocab, stream = vocabulary(config), token_stream(config, split)
+  units = sentence.split() if config.level == "word" else list(sentence.strip().replace(" ", "_"))
+  ids = vocab.encode(units)
+  ends = np.flatnonzero(stream == vocab.eos_id)          # the end of every line
+  starts = np.concatenate([[0], ends[:-1] + 1])
+  for start, end in zip(starts, ends):
+    if end - start == len(ids) and np.array_equal(stream[start:end], ids):
+      return stream[:start], stream[start:end]
+  return stream[:0], np.asarray(ids, np.int32)
+
+
 # ---------------------------------------------------------------------------- model
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from rumjax.plotting import common
 
 EMPTY_SLOT = "<empty> (h_0)"
+CARRIED_SLOT = "<carried state>"
 
 
 def attention_matrix(weights, num_tokens: int) -> np.ndarray:
@@ -33,15 +34,17 @@ def attention_matrix(weights, num_tokens: int) -> np.ndarray:
   return w
 
 
-def draw_intra_attention(ax, tokens: Sequence[str], weights, title: str = ""):
-  """Heat map of one sentence's intra-attention on ``ax`` (module docstring)."""
+def draw_intra_attention(ax, tokens: Sequence[str], weights, title: str = "",
+                         first_slot: str = EMPTY_SLOT):
+  """Heat map of one sentence's intra-attention on ``ax`` (module docstring); column 0 is
+  labelled ``first_slot`` (a language model's carried state: :data:`CARRIED_SLOT`)."""
   tokens = [str(t) for t in tokens]
   n = len(tokens)
   w = attention_matrix(weights, n)
   image = ax.imshow(np.ma.masked_invalid(w), cmap="Reds", vmin=0.0, vmax=1.0,
                     interpolation="nearest", aspect="auto")
   ax.set_xticks(range(n))
-  ax.set_xticklabels([EMPTY_SLOT] + tokens[:-1], rotation=90)
+  ax.set_xticklabels([first_slot] + tokens[:-1], rotation=90)
   ax.set_yticks(range(n))
   ax.set_yticklabels(tokens)
   ax.set_xlabel("tape position (the memory of each earlier token)")
@@ -66,4 +69,34 @@ def plot_intra_attention(tokens: Sequence[str], weights, path: str, title: str =
   size = 2.5 + 0.38 * len(tokens)
   fig, axes = common.figure(size + 1.5, size)
   draw_intra_attention(axes[0, 0], tokens, weights, title)
+  return common.save(fig, path)
+
+
+def draw_attention_profile(ax, layer_profile, max_distance: int = 12, title: str = ""):
+  """Mean attention weight on the carried slot and on the token d back (d = 1..
+  ``max_distance``), beside uniform attention over the visible positions; one layer's
+  entry of :func:`rumjax.analysis.lm_attention.profile`."""
+  at = [layer_profile["carried"]] + list(layer_profile["at_distance"][:max_distance])
+  uniform = ([layer_profile["uniform_carried"]]
+             + list(layer_profile["uniform_at_distance"][:max_distance]))
+  x = np.arange(len(at))
+  ax.bar(x - 0.2, at, width=0.4, label="trained LSTMN", color="tab:red")
+  ax.bar(x + 0.2, uniform, width=0.4, label="uniform over visible slots", color="0.6")
+  ax.set_xticks(x)
+  ax.set_xticklabels(["carried"] + [str(d) for d in range(1, len(at))])
+  ax.set_xlabel("attended slot: the carried state, or the token d steps back")
+  ax.set_ylabel("mean attention weight")
+  ax.set_title(title)
+  ax.legend()
+  return ax
+
+
+def plot_lm_attention(tokens: Sequence[str], weights, layer_profile, path: str,
+                      title: str = "", profile_title: str = "") -> str:
+  """A language model's intra-attention on one sentence (carried slot first) beside its
+  mean attention by distance over a stream (:func:`draw_attention_profile`); a PNG."""
+  size = 2.5 + 0.38 * len(tokens)
+  fig, axes = common.figure(2 * size + 3, size, ncols=2)
+  draw_intra_attention(axes[0, 0], tokens, weights, title, first_slot=CARRIED_SLOT)
+  draw_attention_profile(axes[0, 1], layer_profile, title=profile_title)
   return common.save(fig, path)

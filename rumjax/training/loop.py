@@ -165,11 +165,23 @@ def _init_state(config, task, model, tx, sample_batch, mesh) -> TrainState:
   variables_fn = lambda: _init_variables(model, sample_batch, model_state, init_key,
                                          dropout_key)
   params = jax.jit(variables_fn)()
+  if config.get("init_uniform", 0.0) > 0:
+    params = uniform_params(params, config.init_uniform, jax.random.fold_in(init_key, 1))
   if config.get("init_from"):
     params = checkpoint_lib.restore_params(config.init_from, params)
     logging.info("Initialised parameters from %s.", config.init_from)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=jax.random.key_data(base_key), model_state=model_state)
+
+
+def uniform_params(params: Any, scale: float, key: jax.Array) -> Any:
+  """Every array of ``params`` drawn anew from ``U(-scale, scale)`` in its own dtype (the
+  initialisation of the Torch language-model code, e.g. Zaremba et al. 2014: 0.05 or 0.1;
+  ``config.init_uniform``)."""
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(key, len(leaves))
+  return jax.tree.unflatten(treedef, [
+      jax.random.uniform(k, x.shape, x.dtype, -scale, scale) for k, x in zip(keys, leaves)])
 
 
 def _init_variables(model, batch, model_state, init_key, dropout_key):

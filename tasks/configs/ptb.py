@@ -13,9 +13,11 @@ the others 100 epochs at 2e-3. Word variants (LSTMN paper sec. 5.1, Table 1):
 windows of 35, SGD 0.65 with gradients renormalised above norm 5 for the loss summed over
 a window's 35 steps, i.e. ``learning_rate = 0.65 * seq_len`` and ``grad_clip = 5 /
 seq_len`` for our per-token mean loss (the same updates), the rate multiplied by 0.85
-after every epoch's validation that does not improve the perplexity ("no significant
-improvement" in the paper, read here as any increase or tie: set ``lr_plateau_min_delta``
-for a threshold).
+after every epoch's validation that improves the perplexity by less than 1 ("no significant
+improvement" in the paper; 1 ppl is the threshold of the Torch LM code of its lineage,
+``lr_plateau_min_delta``). The best-validation checkpoint is kept in ``<workdir>/best``
+(early stopping on ``eval_ppl`` with a patience no run reaches) and the test perplexity is
+reported there: ``python -m launch.evaluate --workdir=... --best``.
 
 Probabilities: ``model.dropout_rate`` is the probability of DROPPING a unit; the
 ``zoneout`` fields are the probabilities of KEEPING THE PREVIOUS value of a unit (see
@@ -79,10 +81,13 @@ FS_TRAINING = dict(CHAR_TRAINING, num_steps=360 * CHAR_EPOCH,
 # window's time steps (and averaged over the batch), as in the Torch LM code of the time
 # (Zaremba et al.); ours is the mean per token, 1/seq_len of that. The same updates: rate
 # x seq_len, clip norm / seq_len (exact for SGD with clipping). 40 epochs, the rate x 0.85
-# after every validation that does not improve the perplexity.
+# after every validation that improves the perplexity by less than 1; the best-validation
+# checkpoint kept for the test (a patience of 1,000 evaluations never stops a run).
 WORD_TRAINING = dict(level="word", batch_size=40, seq_len=35, optimizer="sgd",
                      learning_rate=0.65 * 35, grad_clip=5.0 / 35, lr_plateau_factor=0.85,
-                     lr_plateau_metric="eval_ppl", num_steps=40 * WORD_EPOCH,
+                     lr_plateau_metric="eval_ppl", lr_plateau_min_delta=1.0,
+                     early_stopping_metric="eval_ppl", early_stopping_mode="min",
+                     early_stopping_patience=1000, num_steps=40 * WORD_EPOCH,
                      eval_every=WORD_EPOCH, checkpoint_every=WORD_EPOCH)
 
 # The paper's variants: config fields, ``model`` the fields of config.model (Table 3 /

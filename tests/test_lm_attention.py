@@ -1,0 +1,136 @@
+"""Where an LSTMN language model attends (rumjax.analysis.lm_attention), the ptb branch of
+launch.attention, and config.init_uniform (the Torch LM codes' initialisation)."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from absl import flags
+
+from launch import attention as launch_attention
+from rumjax import lstmn_scan, training
+from rumjax.analysis import lm_attention
+from tasks import ptb
+from tests.test_task_ptb import _config, corpus  # noqa: F401  (the fixture)
+
+
+def _lstmn_config(corpus, **overrides):
+  c = _config(corpus, level="word", **overrides)
+  c.model.update(core="lstmn", num_layers=2, dropout_rate=0.0)
+  ptb.validate_config(c)
+  return c
+
+
+def _brute_force(weights):
+  """Mean weight on slot 0 and at each distance, from an explicit list of (step, slot)."""
+  b, t_len, _ = weights.shape
+  by_distance = {}
+  for t in range(1, t_len + 1):
+    for i in range(t):
+      d = 0 if i == 0 else t - i
+      by_distance.setdefault(d, []).extend(weights[:, t - 1, i])
+  return {d: np.mean(v) for d, v in by_distance.items()}
+
+
+def test_distance_weights_against_a_loop():
+  rng = np.random.default_rng(0)
+  b, t_len = 3, 7
+  w = rng.random((b, t_len, t_len + 1))
+  w *= np.tril(np.ones((t_len, t_len + 1)))      # step t sees positions 0..t-1
+  w /= w.sum(-1, keepdims=True)
+  at, uniform, count = lm_attention.distance_weights(w)
+  want = _brute_force(w)
+  np.testing.assert_allclose(at[0] / count[0], want[0], rtol=1e-12)
+  for d in range(1, t_len):
+    np.testing.assert_allclose(at[d] / count[d], want[d], rtol=1e-12)
+  # Uniform attention is its own uniform reference.
+  flat = np.tril(np.ones((t_len, t_len + 1)))
+  flat = np.broadcast_to(flat / flat.sum(-1, keepdims=True), w.shape)
+  at, uniform, _ = lm_attention.distance_weights(flat)
+  np.testing.assert_allclose(at, uniform, rtol=1e-12)
+
+
+def test_window_attention_is_the_models_recurrence(corpus):
+  """The weights are lstmn_scan's on the model's own parameters, and the carry after a
+  window is the state the model itself carries to the next one."""
+  c = _lstmn_config(corpus)
+  model = ptb.build_model(c)
+  batches = ptb.train_data(c)
+  first, second = next(batches), next(batches)
+  state = ptb.initial_model_state(c, c.batch_size)
+  variables = model.init(jax.random.key(0), first, model_state=state)
+  _, state = model.apply(variables, first, model_state=state)
+  p = variables["params"]
+  weights, carry = lm_attention.window_attention(p, first["inputs"])
+  for (h, cc), (h_m, c_m) in zip(carry, state):
+    np.testing.assert_allclose(h, h_m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(cc, c_m, rtol=1e-5, atol=1e-6)
+  weights, _ = lm_attention.window_attention(p, second["inputs"], carry)
+  xs = p["embed"]["embedding"][second["inputs"]]
+  _, _, s = lstmn_scan(p["rnn"]["stack"]["layer_0"], xs, initial=carry[0],
+                       return_attention=True)
+  np.testing.assert_allclose(weights[0], s, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.sum(weights[1], -1), 1.0, rtol=1e-5)
+
+
+def test_profile_resets_and_counts(corpus):
+  c = _lstmn_config(corpus)
+  model = ptb.build_model(c)
+  batch = next(ptb.train_data(c))
+  params = model.init(jax.random.key(1), batch,
+                      model_state=ptb.initial_model_state(c, c.batch_size))["params"]
+  out = lm_attention.profile(params, ptb.eval_data(c, "valid"), max_windows=3)
+  assert len(out) == 2 and all(layer["windows"] == 3 for layer in out)
+  for layer in out:
+    assert len(layer["at_distance"]) == c.seq_len - 1
+    # Step 1 sees only the carried slot: its uniform weight averages 1 / t over t = 1..T.
+    np.testing.assert_allclose(layer["uniform_carried"],
+                               np.mean(1.0 / np.arange(1, c.seq_len + 1)), rtol=1e-12)
+    assert 0 < layer["carried"] <= 1
+  with pytest.raises(ValueError, match="not an LSTMN language model"):
+    lm_attention.window_attention({"embed": {}}, batch["inputs"])
+
+
+def test_sentence_in_context_finds_the_line(corpus):
+  c = _config(corpus, level="word")
+  stream = ptb.token_stream(c, "valid")
+  vocab = ptb.vocabulary(c)
+  lines = ptb.to_text(c, stream).split("\n")
+  context, ids = ptb.sentence_in_context(c, lines[5])
+  assert ptb.to_text(c, ids) == lines[5]
+  assert int(np.sum(context == vocab.eos_id)) == 5          # five whole lines before it
+  np.testing.assert_array_equal(stream[len(context):len(context) + len(ids)], ids)
+  context, ids = ptb.sentence_in_context(c, "zebra the cat")  # not a line: no context
+  assert len(context) == 0 and ids[0] == vocab.unk_id
+
+
+def test_attention_launch_on_a_language_model(corpus, tmp_path, capsys):
+  c = _lstmn_config(corpus, num_steps=2, eval_every=0, checkpoint_every=2)
+  c.variant = "word_lstmn1"
+  workdir = str(tmp_path / "run")
+  training.train_and_evaluate(c, workdir, ptb.TASK)
+  line = ptb.to_text(c, ptb.token_stream(c, "valid")).split("\n")[3]
+  values = flags.FlagValues()
+  launch_attention.define_flags(values)
+  out = str(tmp_path / "lm_attention.png")
+  values(["attention", f"--workdir={workdir}", f"--out={out}", f"--sentence={line}",
+          "--profile_windows=2"])
+  assert launch_attention.run(values) == out
+  with open(out, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  record = json.loads(capsys.readouterr().out.splitlines()[0])
+  assert record["step"] == 2 and record["context_tokens"] > 0
+  assert len(record["profile"]) == 2 and record["profile"][0]["windows"] == 2
+
+
+def test_init_uniform_draws_every_parameter(corpus, tmp_path):
+  c = _config(corpus, level="word", num_steps=0, eval_every=0, init_uniform=0.05)
+  c.evals = {}
+  params = training.train_and_evaluate(c, str(tmp_path / "u"), ptb.TASK)["params"]
+  leaves = jax.tree.leaves(params)
+  assert all(np.max(np.abs(x)) <= 0.05 for x in leaves)
+  assert all(np.std(x) > 0.02 for x in leaves if x.size > 100)   # U(-a, a): std a / sqrt 3
+  c.init_uniform = -1.0
+  with pytest.raises(ValueError, match="init_uniform"):
+    ptb.validate_config(c)
