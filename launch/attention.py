@@ -91,12 +91,14 @@ def run(values) -> str:
 def _run_lm(values, task, config, step, params) -> str:
   """The ptb branch of :func:`run` (module docstring)."""
   context, ids = ptb.sentence_in_context(config, values.sentence)
-  layers = lm_attention.sentence_attention(params, context, ids, config.seq_len)
+  span = config.model.get("memory_span")
+  layers = lm_attention.sentence_attention(params, context, ids, config.seq_len,
+                                           memory_span=span)
   if not -len(layers) <= values.layer < len(layers):
     raise ValueError(f"--layer={values.layer}: the model has {len(layers)} LSTMN layer(s).")
   k = values.layer % len(layers)
   profiles = lm_attention.profile(params, task.eval_data(config, "valid"),
-                                  max_windows=values.profile_windows)
+                                  max_windows=values.profile_windows, memory_span=span)
   print(json.dumps({"step": step, "context_tokens": len(context), "profile": profiles}))
   tokens = task.to_text(config, ids).split()
   where = "after its context" if len(context) else "alone (not a validation line)"

@@ -15,7 +15,10 @@ figures are data in ``tasks/experiments/``): ``copying_T200``, ``copying_T500``,
 ``copying_T1000`` (RUM λ=1 with η=N/A and η=1.0, RUM λ=0, LSTM, GRU, EURNN, GORU; Figure
 4), ``recall_T30``, ``recall_T50`` (the same plus FW-LN; Table 1) and ``sst_binary``,
 ``sst_fine`` (LSTM and LSTMN, test at the best dev checkpoint; LSTMN paper Table 2),
-``summ_synthetic`` (LEAD, encRUM, decRUM, allRUM; RUM paper Table 4).
+``summ_synthetic`` (LEAD, encRUM, decRUM, allRUM; RUM paper Table 4),
+``char_ptb_equal_params`` (RUM 350 vs LN-LSTM 250 and FS-RUM-2 vs FS-LSTM-2 at equal
+parameters, Table 6's decay in the last quarter of ``--steps``; RUM paper Table 3) and the
+real-λ sweeps ``lam_copying``, ``lam_recall_T30``.
 
 Each model is one invocation of the generic loop in ``<workdir>/<experiment>/<model>``
 (:func:`rumjax.experiments.run_experiment`), compiled once: evaluation every

@@ -164,6 +164,10 @@ class Experiment:
     figures: ``(model_dir, label, task) -> None``, the paper's figures of one trained
       model (e.g. :func:`rumjax.plotting.angles.rum_figures`); an error there is
       logged, never loses the results.
+    model_variants: ``{key: variant}`` for models built on another variant than
+      ``variant`` (e.g. an FS-RNN-2 beside a single cell).
+    adjust: ``config -> None``, applied last: fields that follow the run's ``num_steps``
+      (e.g. a learning-rate decay at fixed fractions of training).
   """
   name: str
   task: Any
@@ -177,6 +181,8 @@ class Experiment:
   plot: Optional[Callable[[dict, str], Optional[str]]] = None
   hooks: Optional[Callable[[Any, Any, str, int], Sequence[Any]]] = None
   figures: Optional[Callable[[str, str, Any], Any]] = None
+  model_variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  adjust: Optional[Callable[[Any], None]] = None
 
 
 @dataclasses.dataclass
@@ -290,16 +296,17 @@ def limit_periodic_evals(config, batches: int) -> None:
 
 
 def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
-  """The config of model ``key``: the variant's defaults, the model's overrides, the
-  ``tiny`` ones, ``options.sets`` and ``seed``, then the run's steps and cadences
-  (``eval_every`` for evaluations and checkpoints); validated by the task.
+  """The config of model ``key``: the variant's defaults (``exp.model_variants`` or
+  ``exp.variant``), the model's overrides, the ``tiny`` ones, ``options.sets`` and
+  ``seed``, then the run's steps and cadences (``eval_every`` for evaluations and
+  checkpoints) and ``exp.adjust``; validated by the task.
 
   Raises:
     ValueError: for an unknown field or an invalid config, naming it.
   """
   options = options or Options()
   _, overrides = exp.models[key]
-  config = exp.task.get_config(exp.variant)
+  config = exp.task.get_config(exp.model_variants.get(key, exp.variant))
   updates = dict(overrides)
   if options.tiny:
     updates.update(exp.tiny)
@@ -316,6 +323,9 @@ def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
     config.keep_checkpoints = options.keep_checkpoints
     config.log_every = options.log_every
   limit_periodic_evals(config, options.eval_batches_during)
+  if exp.adjust is not None:
+    with config.unlocked():
+      exp.adjust(config)
   exp.task.validate_config(config)
   return config
 

@@ -29,7 +29,8 @@ name in the registry :data:`CORES` (:func:`build_core`):
   ``fast_zoneout_c``, ...; :func:`rumjax.cells.fast_slow.fast_slow_from_config`);
 * ``"lstmn"``: ``model.num_layers`` LSTMN layers of size ``model.hidden_size`` (Cheng et
   al. 2016, §5.1; :class:`rumjax.models.lstmn.LSTMNCore`): each window's tapes start from
-  the previous window's last state, ``model.cell`` is ignored.
+  the previous window's last state, ``model.cell`` is ignored; ``model.memory_span`` K > 0
+  limits the attention to the K most recent tape positions (K = 1: an LSTM).
 
 Probabilities: ``model.dropout_rate`` is the probability of DROPPING a unit (non-recurrent
 dropout, 0.35 in Table 5); the ``zoneout`` fields are the probabilities of KEEPING THE
@@ -81,6 +82,7 @@ def lstmn_core(model: Mapping[str, Any]) -> lstmn.LSTMNCore:
   """``model.num_layers`` LSTMN layers of size ``model.hidden_size`` (Cheng et al. 2016,
   sec. 5.1)."""
   return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"],
+                         memory_span=model.get("memory_span") or None,
                          dtype=model.get("dtype"),
                          param_dtype=model.get("param_dtype", jnp.float32))
 
@@ -100,6 +102,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
   if model["core"] in ("cell", "stacked"):
     common.validate_cell_model(model)
   if model["core"] != "fast_slow":
+    common.check_int(model, "memory_span", 0, "config.model")
     common.check_int(model, "hidden_size", 1, "config.model")
     common.check_int(model, "num_layers", 1, "config.model")
   common.check_int(model, "embed_dim", 1, "config.model")

@@ -64,10 +64,11 @@ MISSING_SPLIT_HINT = " Or evaluate on dev: --config.evals.<name>.split=dev."
 # --------------------------------------------------------------------------- config
 
 
-def validate_config(config, name: str) -> None:
-  """``ValueError`` naming the first bad field of the summarization task ``name``: the
-  loop's fields (:func:`tasks.common.validate_common`) and :func:`validate_fields`."""
-  common.check_task(config, name, config_lib.VARIANTS)
+def validate_config(config, name: str, variants=config_lib.VARIANTS) -> None:
+  """``ValueError`` naming the first bad field of the summarization task ``name`` (whose
+  variants are ``variants``): the loop's fields (:func:`tasks.common.validate_common`) and
+  :func:`validate_fields`."""
+  common.check_task(config, name, variants)
   common.validate_common(config, EVAL_SPLITS)
   validate_fields(config)
 
@@ -411,18 +412,19 @@ def to_text(config, batch, row: int = 0, *, data: Callable[[Any], Data]) -> str:
 
 
 def make_task(*, name: str, get_config: Callable, validate_config: Callable,
-              data: Callable[[Any], Data]) -> Task:
+              data: Callable[[Any], Data],
+              variants: tuple = config_lib.CONFIGURATIONS) -> Task:
   """The :class:`tasks.base.Task` of a summarization task whose ``data(config)`` gives its
   :class:`Data`: this module's batches, pointer-generator, loss, ``"beam"`` / ``"greedy"``
   decoders (``launch.predict`` writes the beam's by default), ROUGE texts, submission rows
   and ``to_text``, each bound to ``data`` (and ``eval_data`` to ``name``, for its
-  errors)."""
+  errors); ``variants``: the names ``get_config`` takes (default: the configurations)."""
   bind = functools.partial
   return Task(
       name=name, get_config=get_config, validate_config=validate_config,
       train_data=bind(train_data, data=data), eval_data=bind(eval_data, data=data, name=name),
       build_model=bind(build_model, data=data), loss_and_metrics=loss_and_metrics,
-      variants=config_lib.CONFIGURATIONS, eval_splits=EVAL_SPLITS,
+      variants=tuple(variants), eval_splits=EVAL_SPLITS,
       predict_fns=bind(predict_fns, data=data), text_fns=bind(text_fns, data=data),
       submission=bind(submission, data=data), submission_pred="beam",
       to_text=bind(to_text, data=data))

@@ -134,3 +134,37 @@ def test_init_uniform_draws_every_parameter(corpus, tmp_path):
   c.init_uniform = -1.0
   with pytest.raises(ValueError, match="init_uniform"):
     ptb.validate_config(c)
+
+
+def test_span_one_is_an_lstm_on_the_previous_state(corpus):
+  """``model.memory_span=1``: step t attends only to slot t-1, so h~_t = h_{t-1} and
+  c~_t = c_{t-1}: an LSTM whose gates read [h_{t-1}, x_t] (a loop over time here)."""
+  c = _lstmn_config(corpus)
+  c.model.update(num_layers=1, memory_span=1)
+  ptb.validate_config(c)
+  model = ptb.build_model(c)
+  batch = next(ptb.train_data(c))
+  state = ptb.initial_model_state(c, c.batch_size)
+  variables = model.init(jax.random.key(2), batch, model_state=state)
+  logits, _ = model.apply(variables, batch, model_state=state)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), variables["params"])
+  w = p["rnn"]["stack"]["layer_0"]
+  sig = lambda z: 1 / (1 + np.exp(-z))
+  xs = p["embed"]["embedding"][np.asarray(batch["inputs"])]
+  h = cell = np.zeros((xs.shape[0], c.model.hidden_size))
+  hs = []
+  for t in range(xs.shape[1]):
+    pre = h @ w["gates_h"] + xs[:, t] @ w["gates_x"] + w["gates_bias"]
+    i, f, o, g = np.split(pre, 4, axis=-1)
+    cell = sig(f) * cell + sig(i) * np.tanh(g)
+    h = sig(o) * np.tanh(cell)
+    hs.append(h)
+  want = np.stack(hs, 1) @ p["head"]["kernel"] + p["head"]["bias"]
+  np.testing.assert_allclose(logits, want, rtol=2e-4, atol=2e-5)
+  out = lm_attention.profile(variables["params"], ptb.eval_data(c, "valid"), max_windows=2,
+                             memory_span=1)
+  np.testing.assert_allclose(out[0]["at_distance"][0], 1.0, rtol=1e-6)
+  np.testing.assert_allclose(out[0]["carried"], 1.0 / c.seq_len, rtol=1e-6)
+  c.model.memory_span = -1
+  with pytest.raises(ValueError, match="memory_span"):
+    ptb.validate_config(c)

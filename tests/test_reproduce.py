@@ -447,3 +447,57 @@ def test_summarization_configs():
   assert cfg["decrum"].loss_normalization == "example"
   assert cfg["decrum"].evals.test.type == "rouge"
   assert exp.paper["decrum"]["rouge"].startswith("37.07 / 16.17 / 34.07")
+
+
+def test_char_ptb_equal_params_configs():
+  """The pairs are matched in parameters (within 2%), built on their own variants, and the
+  decay sits in the last quarter of whatever --steps says."""
+  from rumjax.training import loop
+  exp = EXPERIMENTS["char_ptb_equal_params"]
+  options = experiments.Options(steps=4000, eval_every=250)
+  cfg = {k: experiments.model_config(exp, k, options) for k in exp.models}
+  assert {k: c.variant for k, c in cfg.items()} == {
+      "rum350": "rum1000", "lnlstm250": "lstm1000", "fs_rum2": "fs_rum2",
+      "fs_lstm2": "fs_lstm2"}
+  for c in cfg.values():
+    assert (c.batch_size, c.seq_len, c.num_steps) == (32, 150, 4000)
+    assert list(c.lr_boundaries) == [3000, 3333] and list(c.lr_values) == [2e-3, 1e-4, 1e-5]
+  params = {}
+  for k, c in cfg.items():
+    c.batch_size = 2   # counting reads one batch
+    params[k] = loop.count_model_params(exp.task, c)
+  assert params == {"rum350": 406_500, "lnlstm250": 399_450, "fs_rum2": 786_800,
+                    "fs_lstm2": 795_300}
+  short = experiments.model_config(exp, "rum350", experiments.Options(steps=120))
+  assert list(short.lr_boundaries) == [90, 100]
+
+
+def test_char_ptb_equal_params_runs_and_plots(tmp_path):
+  from tests.test_task_ptb import _write_corpus
+  exp = EXPERIMENTS["char_ptb_equal_params"]
+  sets = {"manual_dir": _write_corpus(tmp_path / "manual"),
+          "data_dir": str(tmp_path / "tfds"), "model.hidden_size": 6}
+  options = experiments.Options(tiny=True, steps=4, eval_every=2, log_every=1, sets=sets,
+                                seeds=(0, 1))
+  summary = experiments.run_experiment(exp, str(tmp_path / "w"), ["rum350"], options,
+                                       log=lambda _: None)
+  r = summary["models"]["rum350"]
+  assert r["n"] == 2 and np.isfinite(r["metrics"]["test_bpc"])
+  _assert_png(str(tmp_path / "w" / "char_ptb_equal_params" / "char_ptb_equal_params.png"))
+  records = analysis.read_jsonl(str(tmp_path / "w" / "char_ptb_equal_params" / "rum350" /
+                                    "seed0" / "metrics.jsonl"))
+  steps, seconds = analysis.training_seconds(records)
+  assert list(steps) == [1, 2, 3, 4] and np.all(np.diff(seconds) > 0)
+  at, values = analysis.metric_over_time(records, "eval_bpc")
+  assert len(at) == len(values) >= 2 and np.all(np.diff(at) > 0)
+
+
+def test_training_seconds_sums_the_logged_rates():
+  records = [{"step": 10, "steps_per_sec": 2.0}, {"step": 30, "steps_per_sec": 4.0},
+             {"step": 30, "eval_bpc": 3.0}, {"step": 40, "steps_per_sec": 1.0},
+             {"step": 40, "eval_bpc": 2.0}]
+  steps, seconds = analysis.training_seconds(records)
+  np.testing.assert_allclose(seconds, [5.0, 10.0, 20.0])
+  at, values = analysis.metric_over_time(records, "eval_bpc")
+  np.testing.assert_allclose(at, [10.0, 20.0])
+  np.testing.assert_allclose(values, [3.0, 2.0])

@@ -33,6 +33,28 @@ def test_examples_follow_the_definition():
   assert again != summ_synthetic.examples(c, "dev")
 
 
+def test_hard_examples_follow_the_definition():
+  """The hard task: every ``key`` sentence in order (marker dropped), the ``key not``
+  distractors left out, 2-3 rare words per sentence, articles within max_enc_steps."""
+  c = summ_synthetic_config.get_config("allrum_hard")
+  c.update(num_train=64, num_eval=50, batch_size=4)
+  summ_synthetic.validate_config(c)
+  assert (c.difficulty, c.configuration, c.model.encoder_cell) == ("hard", "allrum", "rum")
+  counts = []
+  for ex in summ_synthetic.examples(c, "test"):
+    sents = ex["article_sentences"]
+    keys = [s[1:] for s in sents if s[0] == "key" and s[1] != "not"]
+    distractors = [s for s in sents if s[:2] == ["key", "not"]]
+    assert ex["summary"] == keys and 2 <= len(keys) <= 3 and 1 <= len(distractors) <= 2
+    assert 8 <= len(sents) <= 12 and ex["article"] == [t for s in sents for t in s]
+    assert len(ex["article"]) <= c.max_enc_steps
+    assert sum(len(s) for s in keys) + 1 <= c.max_dec_steps
+    for s in sents:
+      body = s[2:] if s[:2] == ["key", "not"] else (s[1:] if s[0] == "key" else s)
+      counts.append(sum(w.startswith("r") for w in body[:-1]))
+  assert set(counts) <= {2, 3} and {2, 3} <= set(counts)
+
+
 def test_batches_point_to_the_article_oovs():
   c = _config()
   d = summ_synthetic.data(c)
@@ -66,10 +88,12 @@ def test_text_fns_give_rouge_100_for_the_reference_and_a_lead3_baseline():
 
 def test_config_errors():
   task = tasks.get_task("summ_synthetic")
-  assert task is TASK and task.variants == ("lead", "encrum", "decrum", "allrum")
+  assert task is TASK and task.variants == ("lead", "encrum", "decrum", "allrum",
+                                            "lead_hard", "encrum_hard", "decrum_hard",
+                                            "allrum_hard")
   assert task.get_config("encrum").model.encoder_cell == "rum"
   with pytest.raises(ValueError, match=r"unknown summ_synthetic variant 'bothrum'; known "
-                     r"variants are \['lead', 'encrum', 'decrum', 'allrum'\]"):
+                     r"variants are \['lead', 'encrum', 'decrum', 'allrum', 'lead_hard'"):
     task.get_config("bothrum")
   with pytest.raises(ValueError, match=r"unknown summ_synthetic split 'valid'; known splits "
                      r"are \['dev', 'test'\]"):
@@ -77,6 +101,7 @@ def test_config_errors():
   for field, value, match in [("configuration", "bothrum", "configuration"),
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
                               ("cov_loss_wt", -1.0, "cov_loss_wt"),
+                              ("difficulty", "medium", "difficulty='medium' must be one of"),
                               ("model.decoder_cell", "lstmx", "not a registered cell")]:
     c = task.get_config()
     c.update_from_flattened_dict({field: value})

@@ -259,6 +259,27 @@ def metric_curve(records: Iterable[Mapping[str, Any]],
   return steps, np.array([by_step[s] for s in steps], np.float64)
 
 
+def training_seconds(records: Iterable[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+  """``(steps, seconds)``: the training time up to each logged step of ``metrics.jsonl``
+  records, summed from their ``steps_per_sec`` (each record's rate over the steps since the
+  previous one; evaluation and compilation left out, a resumed run continuing the sum)."""
+  steps, rates = metric_curve(records, "steps_per_sec")
+  gaps = np.diff(np.concatenate([[0], steps]))
+  return steps, np.cumsum(gaps / np.maximum(rates, 1e-12))
+
+
+def metric_over_time(records: Iterable[Mapping[str, Any]],
+                     name: str) -> tuple[np.ndarray, np.ndarray]:
+  """``(seconds, values)`` of metric ``name`` against :func:`training_seconds` (linear
+  between the logged steps)."""
+  records = list(records)
+  steps, values = metric_curve(records, name)
+  at, seconds = training_seconds(records)
+  if not len(at):
+    return np.zeros(0), np.zeros(0)
+  return np.interp(steps, np.concatenate([[0], at]), np.concatenate([[0.0], seconds])), values
+
+
 def read_cos_records(workdir: str) -> dict[int, np.ndarray]:
   """``{training_step: <float>[T]}`` from ``<workdir>/cos_theta.jsonl`` (the per-step
   means ``launch.reproduce`` records every --eval_every steps)."""

@@ -14,6 +14,7 @@ model's own parameters (evaluation mode: no dropout), layer by layer, so this re
 same recurrence that training runs.
 """
 
+import functools
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jax
@@ -36,20 +37,21 @@ def stack_params(params: Mapping[str, Any]) -> list:
   return [dict(stack[f"layer_{k}"]) for k in range(len(stack))]
 
 
-@jax.jit
-def _window(layers, embedding, tokens, carry):
+@functools.partial(jax.jit, static_argnames="memory_span")
+def _window(layers, embedding, tokens, carry, memory_span):
   """One window: per layer the weights <float>[B, T, T + 1], and the new carry."""
   inputs, weights, new_carry = embedding[tokens], [], []
   for layer, initial in zip(layers, carry):
     hs, cs, s = lstmn_lib.lstmn_scan(layer, inputs, initial=initial, impl="reference",
-                                     return_attention=True)
+                                     memory_span=memory_span, return_attention=True)
     weights.append(s)
     new_carry.append((hs[:, -1], cs[:, -1]))
     inputs = hs
   return weights, tuple(new_carry)
 
 
-def window_attention(params: Mapping[str, Any], tokens, carry: Optional[Sequence] = None):
+def window_attention(params: Mapping[str, Any], tokens, carry: Optional[Sequence] = None,
+                     memory_span: Optional[int] = None):
   """The intra-attention of every layer on one window of tokens.
 
   Args:
@@ -57,6 +59,7 @@ def window_attention(params: Mapping[str, Any], tokens, carry: Optional[Sequence
     tokens: <int>[B, T] token ids.
     carry: None (zeros: an empty slot 0, as at the start of a stream) or one ``(h, c)``
       <float>[B, Nh] per layer (the state after the previous window).
+    memory_span: the model's ``memory_span`` (None or 0: the whole window).
 
   Returns:
     ``(weights, carry)``: one <float>[B, T, T + 1] per layer (``s[b, t - 1, i]``, the weight
@@ -70,7 +73,8 @@ def window_attention(params: Mapping[str, Any], tokens, carry: Optional[Sequence
     zeros = jnp.zeros((tokens.shape[0], nh), jnp.float32)
     carry = tuple((zeros, zeros) for _ in layers)
   embedding = jnp.asarray(params["embed"]["embedding"])
-  return _window(layers, embedding, tokens, tuple(tuple(c) for c in carry))
+  return _window(layers, embedding, tokens, tuple(tuple(c) for c in carry),
+                 memory_span or None)
 
 
 def distance_weights(weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,7 +106,8 @@ def distance_weights(weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
-            max_windows: Optional[int] = None) -> list[dict]:
+            max_windows: Optional[int] = None, memory_span: Optional[int] = None
+            ) -> list[dict]:
   """The mean attention by distance over a stream read with the state carried.
 
   Args:
@@ -110,6 +115,7 @@ def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
     windows: batches ``{"inputs": <int>[B, T], "reset"?: <bool>[B]}`` of one stream in
       order (e.g. ``task.eval_data(config, "valid")``); the carry is reset where ``reset``.
     max_windows: read at most this many.
+    memory_span: the model's (None or 0: the whole window).
 
   Returns:
     One dict per layer (bottom first): ``carried`` (mean weight on the carried slot),
@@ -125,7 +131,7 @@ def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
     if carry is not None and "reset" in batch:
       keep = ~np.asarray(batch["reset"], bool)[:, None]
       carry = tuple((h * keep, c * keep) for h, c in carry)
-    weights, carry = window_attention(params, tokens, carry)
+    weights, carry = window_attention(params, tokens, carry, memory_span)
     sums = [distance_weights(w) for w in weights]
     totals = sums if totals is None else [tuple(a + b for a, b in zip(x, y))
                                           for x, y in zip(totals, sums)]
@@ -142,7 +148,8 @@ def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
 
 
 def sentence_attention(params: Mapping[str, Any], context, sentence, seq_len: int = 35,
-                       max_context_windows: int = 20) -> list[np.ndarray]:
+                       max_context_windows: int = 20, memory_span: Optional[int] = None
+                       ) -> list[np.ndarray]:
   """The intra-attention on one sentence read after its context, as in evaluation.
 
   Args:
@@ -151,6 +158,7 @@ def sentence_attention(params: Mapping[str, Any], context, sentence, seq_len: in
       windows of ``seq_len`` tokens are read first (batch 1, state carried) to build the
       carried slot; empty: the sentence starts from zeros.
     sentence: <int>[L] the sentence's token ids, read as one window.
+    memory_span: the model's (None or 0: the whole window).
 
   Returns:
     One <float>[L, L + 1] per layer (position 0: the carried slot).
@@ -160,6 +168,8 @@ def sentence_attention(params: Mapping[str, Any], context, sentence, seq_len: in
   context = context[len(context) - keep:]
   carry = None
   for start in range(0, keep, seq_len):
-    _, carry = window_attention(params, context[None, start:start + seq_len], carry)
-  weights, _ = window_attention(params, np.asarray(sentence, np.int32)[None], carry)
+    _, carry = window_attention(params, context[None, start:start + seq_len], carry,
+                                memory_span)
+  weights, _ = window_attention(params, np.asarray(sentence, np.int32)[None], carry,
+                                memory_span)
   return [np.asarray(w[0]) for w in weights]

@@ -197,3 +197,15 @@ def save_lam_sweep(fixed: Sequence[tuple], learned: Sequence[tuple],
   else:
     axes[0, 1].set_axis_off()
   return save(fig, path)
+
+
+def save_steps_and_time(by_step: Mapping[str, tuple], by_time: Mapping[str, tuple],
+                        ylabel: str, path: str, title: str = "") -> str:
+  """One metric against training steps (left) and against training time in minutes
+  (right): ``{label: (steps | seconds, values)}`` each; a PNG at ``path``."""
+  fig, axes = figure(12.0, 4.6, ncols=2)
+  draw_curves(axes[0, 0], by_step, ylabel=ylabel, title=title)
+  minutes = {k: (np.asarray(t) / 60.0, v) for k, (t, v) in by_time.items()}
+  draw_curves(axes[0, 1], minutes, ylabel=ylabel, title=f"{title} (against time)")
+  axes[0, 1].set_xlabel("training time (minutes; evaluation left out)")
+  return save(fig, path)

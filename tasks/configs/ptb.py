@@ -52,8 +52,11 @@ def fast_slow(slow_cell: str, slow_size: int, **slow) -> dict:
 
 # The language model (rumjax.models.lm.LanguageModel): embedding 128 -> dropout -> core ->
 # dropout -> softmax; model.core is "cell" (one cell), "stacked" (num_layers cells) or
-# "lstmn" (num_layers LSTMN layers); zoneout_c: the LN-LSTM's cell-state zoneout.
-LM = dict(embed_dim=128, dropout_rate=0.35, core="cell", num_layers=1, zoneout_c=0.0)
+# "lstmn" (num_layers LSTMN layers); zoneout_c: the LN-LSTM's cell-state zoneout;
+# memory_span: the LSTMN's most recent tape positions attended to (0: the whole window and
+# the carried slot; 1: only the previous token's, which makes it an LSTM).
+LM = dict(embed_dim=128, dropout_rate=0.35, core="cell", num_layers=1, zoneout_c=0.0,
+          memory_span=0)
 # The FS-RNN-2 of Table 5 (core "fast_slow", no single cell): fast LN-LSTM 700 x 2 with
 # zoneout 0.1 (h) and 0.5 (c) around the slow cell (slow_cell, slow_size, slow_<option>).
 FAST_SLOW_LM = dict(name="lm", core="fast_slow", embed_dim=128, dropout_rate=0.35,
