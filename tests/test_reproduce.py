@@ -206,9 +206,10 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
 
 
 def test_configs_of_the_paper():
-  assert sorted(EXPERIMENTS) == ["copying_T1000", "copying_T200", "copying_T500",
-                                 "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
-                                 "sst_binary", "sst_fine", "summ_synthetic"]
+  assert sorted(EXPERIMENTS) == ["char_ptb_equal_params", "copying_T1000", "copying_T200",
+                                 "copying_T500", "lam_copying", "lam_recall_T30", "recall_T30",
+                                 "recall_T50", "sst_binary", "sst_fine", "summ_synthetic",
+                                 "summ_synthetic_hard"]
   copying = EXPERIMENTS["copying_T500"]
   assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
                                   "eurnn", "goru"]
@@ -447,6 +448,13 @@ def test_summarization_configs():
   assert cfg["decrum"].loss_normalization == "example"
   assert cfg["decrum"].evals.test.type == "rouge"
   assert exp.paper["decrum"]["rouge"].startswith("37.07 / 16.17 / 34.07")
+  hard = EXPERIMENTS["summ_synthetic_hard"]
+  for k in hard.models:
+    c = experiments.model_config(hard, k)
+    want = cfg[k].to_dict()
+    want.update(variant="lead_hard", difficulty="hard", max_enc_steps=160, max_dec_steps=40,
+                max_decode_steps=40)
+    assert c.to_dict() == want
 
 
 def test_char_ptb_equal_params_configs():

@@ -16,8 +16,8 @@ seq_len`` for our per-token mean loss (the same updates), the rate multiplied by
 after every epoch's validation that improves the perplexity by less than 1 ("no significant
 improvement" in the paper; 1 ppl is the threshold of the Torch LM code of its lineage,
 ``lr_plateau_min_delta``). The best-validation checkpoint is kept in ``<workdir>/best``
-(early stopping on ``eval_ppl`` with a patience no run reaches) and the test perplexity is
-reported there: ``python -m launch.evaluate --workdir=... --best``.
+(early stopping on ``eval_ppl`` with a patience no run reaches); ``launch.evaluate`` with
+``--best`` reports the test perplexity there.
 
 Probabilities: ``model.dropout_rate`` is the probability of DROPPING a unit; the
 ``zoneout`` fields are the probabilities of KEEPING THE PREVIOUS value of a unit (see
