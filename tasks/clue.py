@@ -17,9 +17,12 @@ Equations" (ICLR 2021 submission, §4):
   <int32>[B, T], "lengths": <int32>[B], "targets": <int32>[B] (-1 on unlabelled test
   rows), "index", "id", "mask"}``, padded to the power-of-two bucket of its longest row.
   The loss is the multi-class hinge loss (:func:`rumjax.metrics.multi_margin_loss`, "Hinge Loss in
-  training"); metrics ``loss``, ``accuracy`` and, for two classes, ``precision`` and
-  ``recall`` of class 1 (AFQMC's paper models mostly predict 0: dev is 69.0% label 0).
-  Adam 1e-4 ("1e-4 in fine-tuning"), seed 10, early stopping on dev accuracy.
+  training"); metrics ``loss``, ``accuracy`` and, for two classes, ``precision``,
+  ``recall`` and ``f1`` of class 1 and ``recall_0`` of class 0 (balanced accuracy is
+  ``(recall + recall_0) / 2``; AFQMC's dev is 69.0% label 0, so accuracy alone cannot
+  tell a model from the majority class). Adam 1e-4 ("1e-4 in fine-tuning"), seed 10, early
+  stopping on dev accuracy (AFQMC: on dev loss, which moves while the accuracy sits at
+  the majority class).
 * ``objective="mlm"`` (variant ``"mlm"``, pretraining): the corpus is every input of
   train, dev and test without labels; each example gets a new mask every epoch
   (:func:`tasks.data.mlm.mask_tokens`, p = 0.3, a masked position takes a token drawn
@@ -325,7 +328,7 @@ def build_model(config):
 
 def loss_and_metrics(outputs, batch):
   """Classification (logits <float>[B, C]): the hinge loss, accuracy and, for C = 2,
-  precision / recall of class 1. MLM (logits <float>[B, T, V]): the cross-entropy over
+  precision / recall / F1 of class 1 and the recall of class 0. MLM (logits <float>[B, T, V]): the cross-entropy over
   every real position, and the loss / accuracy at the masked positions. All as
   ``(sum, count)`` pairs over the real (mask 1) rows."""
   if outputs.ndim == 3:
@@ -340,6 +343,10 @@ def loss_and_metrics(outputs, batch):
     true_pos = jnp.sum((pred == 1) * (targets == 1) * mask)
     out["precision"] = (true_pos, jnp.sum((pred == 1) * mask))
     out["recall"] = (true_pos, jnp.sum((targets == 1) * mask))
+    # F1 of class 1 = 2 TP / (predicted 1 + labelled 1); recall of class 0.
+    out["f1"] = (2 * true_pos, jnp.sum((pred == 1) * mask) + jnp.sum((targets == 1) * mask))
+    out["recall_0"] = (jnp.sum((pred == 0) * (targets == 0) * mask),
+                       jnp.sum((targets == 0) * mask))
   return hinge / jnp.maximum(n, 1.0), out
 
 

@@ -189,9 +189,27 @@ def test_classification_metrics_count_precision_and_recall_of_class_one():
   assert [float(x) for x in m["accuracy"]] == [2, 4]
   assert [float(x) for x in m["precision"]] == [1, 2]   # predicted 1: rows 0, 2
   assert [float(x) for x in m["recall"]] == [1, 2]      # gold 1: rows 0, 1
+  assert [float(x) for x in m["f1"]] == [2, 4]          # 2 TP / (2 predicted + 2 gold)
+  assert [float(x) for x in m["recall_0"]] == [1, 2]    # gold 0: rows 2, 3; row 3 right
+  # Against scikit-learn's definitions, by hand: F1 = 2PR / (P + R) = 0.5.
+  p, r = 1 / 2, 1 / 2
+  assert float(m["f1"][0] / m["f1"][1]) == pytest.approx(2 * p * r / (p + r))
+  # The majority class: F1 0 (no true positive), recall_0 1.
+  majority = clue.loss_and_metrics(jnp.asarray([[1.0, 0.0]] * 3),
+                                   {"targets": jnp.asarray([0, 0, 1])})[1]
+  assert float(majority["f1"][0]) == 0 and [float(x) for x in majority["recall_0"]] == [2, 2]
   assert float(loss) == pytest.approx(float(m["loss"][0]) / 4)
   three = clue.loss_and_metrics(jnp.zeros((2, 3)), {"targets": jnp.asarray([0, 2])})[1]
   assert "precision" not in three
+
+
+def test_afqmc_stops_on_dev_loss_the_others_on_accuracy():
+  from tasks.configs import clue as clue_config
+  afqmc = clue_config.get_config("afqmc")
+  assert (afqmc.early_stopping_metric, afqmc.early_stopping_mode) == ("eval_loss", "min")
+  tnews = clue_config.get_config("tnews")
+  assert (tnews.early_stopping_metric, tnews.early_stopping_mode) == ("eval_accuracy", "max")
+  assert clue_config.get_config("afqmc", "mlm").early_stopping_metric == ""
 
 
 def test_mlm_loss_covers_every_real_position():
