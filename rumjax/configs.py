@@ -128,6 +128,7 @@ ADDED_FIELDS = {
     "model.slow_learn_lam": False,   # the same for the slow RUM of an FS-RUM-2
     "init_uniform": 0.0,             # issue 31: every parameter U(-s, s) (2026-11-26)
     "model.memory_span": 0,          # issue 31: the PTB LSTMN's attention span
+    "warmup_steps": 0,               # issue 32: a linear warm-up of the rate
     "difficulty": "easy",            # issue 32: summ_synthetic's hard variant (2026-11-26)
 }
 

@@ -48,6 +48,7 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.rmsprop_decay = 0.9
   c.adagrad_init = 0.1
   c.grad_clip = config_dict.placeholder(float)
+  c.warmup_steps = 0        # linear warm-up of the rate over these steps (0: none)
   c.l2 = 0.0
   c.lr_boundaries = []
   c.lr_values = []

@@ -112,6 +112,18 @@ def test_piecewise_schedule_at_the_boundaries():
   assert float(optim.make_schedule(_config(learning_rate=0.3))(123)) == pytest.approx(0.3)
 
 
+def test_warmup_ramps_linearly_then_follows_the_schedule():
+  config = _config(learning_rate=0.1, lr_boundaries=[6], lr_values=[0.1, 0.01],
+                   warmup_steps=4)
+  schedule = optim.make_schedule(config)
+  want = [0.1 * min(1.0, (s + 1) / 4) for s in range(6)] + [0.01, 0.01]
+  assert [float(schedule(s)) for s in range(8)] == pytest.approx(want)
+  one = optim.make_schedule(_config(learning_rate=0.2, warmup_steps=1))
+  assert [float(one(s)) for s in range(3)] == pytest.approx([0.2] * 3)
+  with pytest.raises(ValueError, match=r"config\.warmup_steps=-1 must be an integer >= 0"):
+    optim.make_schedule(_config(learning_rate=0.1, warmup_steps=-1))
+
+
 def test_the_schedule_drives_the_steps():
   tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=1.0, lr_boundaries=[2],
                                     lr_values=[1.0, 0.5]))

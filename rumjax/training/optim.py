@@ -7,6 +7,9 @@ Config fields (:func:`validate_config` checks them all, naming the field):
   (initial accumulator ``adagrad_init`` = 0.1, summarization), ``sgd``.
 - ``learning_rate``, or ``lr_boundaries`` / ``lr_values``: piecewise constant, in steps
   (e.g. boundaries [b1, b2] and values [0.002, 1e-4, 1e-5] for FS-RUM-2).
+- ``warmup_steps``: the rate rises linearly from ``1/warmup_steps`` of it at step 0 to all
+  of it at ``warmup_steps - 1`` (the Transformer's warm-up, Vaswani et al. 2017); 0 or
+  missing is off.
 - ``grad_clip``: clip by global norm first; 0 or None is off.
 - ``l2``: L2 regularisation ``l2 * w`` added to the gradient of every parameter before
   clipping (the same as ``l2/2 ||w||^2`` in the loss; the LSTMN paper's SST "regularization
@@ -110,8 +113,9 @@ def check_optimizer_name(name: Any) -> None:
 
 
 def check_schedule(config: Config) -> None:
-  """Checks ``lr_boundaries`` (increasing positive steps) and ``lr_values`` (positive, one
-  more than the boundaries, or both empty); ``ValueError`` naming the field."""
+  """Checks ``lr_boundaries`` (increasing positive steps), ``lr_values`` (positive, one
+  more than the boundaries, or both empty) and ``warmup_steps`` (>= 0); ``ValueError``
+  naming the field."""
   bounds = list(config.get("lr_boundaries") or [])
   values = list(config.get("lr_values") or [])
   _require(all(_is_int(b) and b > 0 for b in bounds) and bounds == sorted(set(bounds)),
@@ -121,6 +125,9 @@ def check_schedule(config: Config) -> None:
   _require(not (bounds or values) or len(values) == len(bounds) + 1, "lr_values", values,
            f"have one more entry than config.lr_boundaries={bounds!r} (or both empty: "
            "constant learning_rate)")
+  warmup = config.get("warmup_steps", 0)
+  _require(_is_int(warmup) and warmup >= 0, "warmup_steps", warmup,
+           "be an integer >= 0 (0 switches warm-up off)")
 
 
 def validate_config(config: Config) -> None:
@@ -245,13 +252,21 @@ def report_plateau(opt_state, value: float, config: Config):
 
 def make_schedule(config: Config) -> optax.Schedule:
   """Constant ``learning_rate``, or piecewise constant from ``lr_boundaries``/``lr_values``:
-  ``lr(step) = lr_values[i]`` for ``lr_boundaries[i-1] <= step < lr_boundaries[i]``."""
+  ``lr(step) = lr_values[i]`` for ``lr_boundaries[i-1] <= step < lr_boundaries[i]``; times
+  ``min(1, (step + 1) / warmup_steps)`` with a warm-up."""
   check_schedule(config)
   boundaries = list(config.get("lr_boundaries") or [])
   values = list(config.get("lr_values") or [])
   if not boundaries and not values:
-    return optax.constant_schedule(config["learning_rate"])
-  return optax.join_schedules([optax.constant_schedule(v) for v in values], boundaries)
+    schedule = optax.constant_schedule(config["learning_rate"])
+  else:
+    schedule = optax.join_schedules([optax.constant_schedule(v) for v in values], boundaries)
+  warmup = config.get("warmup_steps", 0)
+  if not warmup:
+    return schedule
+  ramp = optax.linear_schedule(1.0 / warmup, 1.0, warmup - 1) if warmup > 1 else (
+      optax.constant_schedule(1.0))
+  return lambda step: schedule(step) * ramp(step)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
