@@ -197,3 +197,39 @@ def test_readers(tmp_path):
       json.dumps({"step": 0, "cos_mean": [0.1, -0.2]}) + "\n")
   cos = analysis.read_cos_records(str(tmp_path))
   assert list(cos) == [0] and cos[0].tolist() == [0.1, -0.2]
+
+
+def test_curves_launcher_draws_steps_and_time(tmp_path):
+  """launch.curves: a metric of two workdirs against steps and training time, PNG + JSON
+  with folder names only; a missing metric is a one-line error."""
+  import json
+  from absl import flags
+  from launch import curves as launch_curves
+  from rumjax import utils
+  dirs = []
+  for name, rate in (("a", 2.0), ("b", 4.0)):
+    d = tmp_path / name
+    d.mkdir()
+    utils.write_jsonl(str(d / "metrics.jsonl"), [
+        {"step": 10, "steps_per_sec": rate}, {"step": 10, "eval_ppl": 300.0},
+        {"step": 20, "steps_per_sec": rate}, {"step": 20, "eval_ppl": 200.0}])
+    dirs.append(str(d))
+  values = flags.FlagValues()
+  launch_curves.define_flags(values)
+  out = str(tmp_path / "fig" / "curves.png")
+  values(["curves", f"--workdirs={','.join(dirs)}", "--labels=A,B", "--metric=eval_ppl",
+          f"--out={out}"])
+  assert launch_curves.run(values) == out
+  with open(out, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  with open(str(tmp_path / "fig" / "curves.json")) as f:
+    record = json.load(f)
+  assert record["workdirs"] == ["a", "b"]
+  assert record["curves"]["A"] == {"steps": [10, 20], "values": [300.0, 200.0],
+                                   "seconds": [5.0, 10.0]}
+  assert record["curves"]["B"]["seconds"] == [2.5, 5.0]
+  values = flags.FlagValues()
+  launch_curves.define_flags(values)
+  values(["curves", f"--workdirs={dirs[0]}", "--metric=eval_loss", f"--out={out}"])
+  with pytest.raises(SystemExit, match="records no 'eval_loss'"):
+    launch_curves.run(values)

@@ -95,3 +95,28 @@ def load_params(path: str, step: Optional[int] = None) -> tuple[Optional[int], d
     with np.load(path) as data:
       return None, unflatten({k: data[k] for k in data.files})
   return load_checkpoint_params(path, step)
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def metric_curves(workdir: str, name: str) -> dict[str, list]:
+  """One metric of a training workdir's ``metrics.jsonl``: ``{"steps", "values",
+  "seconds"}`` (lists; ``seconds`` is the training time at each of those steps from the
+  logged ``steps_per_sec``, :func:`rumjax.analysis.angles.metric_over_time`).
+
+  Raises:
+    ValueError: one line, when the workdir has no ``metrics.jsonl`` or no such metric.
+  """
+  from rumjax import utils
+  from rumjax.analysis import angles
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    raise ValueError(f"{workdir!r} has no metrics.jsonl; pass a launch.train workdir.")
+  records = utils.read_jsonl(path)
+  steps, values = angles.metric_curve(records, name)
+  if not len(steps):
+    known = sorted({k for r in records for k in r if k != "step"})
+    raise ValueError(f"{workdir!r} records no {name!r}; it records {known}.")
+  seconds, _ = angles.metric_over_time(records, name)
+  return {"steps": steps.tolist(), "values": values.tolist(), "seconds": seconds.tolist()}
