@@ -2,7 +2,7 @@
 ``launch.reproduce``::
 
     python -m launch.reproduce --experiment=char_ptb_equal_params --workdir=/tmp/char_ptb \\
-        --seeds=0,1 --steps=4000 --eval_every=250 --eval_batches_during=20
+        --seeds=0,1 --steps=3000 --eval_every=250 --eval_batches_during=20
 
 Table 3 compares models of unequal size (RUM 1000: 2.4M parameters against LSTM 1000:
 4.5M; FS-RUM-2 11.2M against FS-LSTM-2 7.2M). Here each pair is matched in parameters at
