@@ -33,7 +33,9 @@ def test_the_summarization_tasks_are_task_objects_with_beam_submissions(name):
   task = tasks.get_task(name)
   assert task.name == name and task.submission_pred == "beam"
   assert None not in (task.predict_fns, task.text_fns, task.submission, task.to_text)
-  assert task.eval_splits == ("dev", "test") and task.variants == tuple(summ_config.VARIANTS)
+  assert task.eval_splits == ("dev", "test")
+  hard = tuple(f"{v}_hard" for v in summ_config.VARIANTS) if name == "summ_synthetic" else ()
+  assert task.variants == tuple(summ_config.VARIANTS) + hard
   for variant, cells in summ_config.VARIANTS.items():
     c = task.get_config(variant)
     assert c.configuration == variant and c.variant == variant
