@@ -12,7 +12,7 @@ from launch import attention as launch_attention
 from rumjax import lstmn_scan, training
 from rumjax.analysis import lm_attention
 from tasks import ptb
-from tests.test_task_ptb import _config, corpus  # noqa: F401  (the fixture)
+from tests.test_task_ptb import _config, corpus, two_windows  # noqa: F401  (the fixture)
 
 
 def _lstmn_config(corpus, **overrides):
@@ -55,12 +55,7 @@ def test_window_attention_is_the_models_recurrence(corpus):
   """The weights are lstmn_scan's on the model's own parameters, and the carry after a
   window is the state the model itself carries to the next one."""
   c = _lstmn_config(corpus)
-  model = ptb.build_model(c)
-  batches = ptb.train_data(c)
-  first, second = next(batches), next(batches)
-  state = ptb.initial_model_state(c, c.batch_size)
-  variables = model.init(jax.random.key(0), first, model_state=state)
-  _, state = model.apply(variables, first, model_state=state)
+  _, variables, (first, second), state = two_windows(c)
   p = variables["params"]
   weights, carry = lm_attention.window_attention(p, first["inputs"])
   for (h, cc), (h_m, c_m) in zip(carry, state):

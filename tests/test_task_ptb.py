@@ -182,6 +182,18 @@ def test_paper_cores_are_table_5():
   assert isinstance(one, RUMCell) and one.features == 1400 and not one.update_gate
 
 
+def two_windows(c):
+  """``(model, variables, (first, second), state)``: the model of ``c`` initialised on the
+  first two training windows and its carried state after the first."""
+  model = ptb.build_model(c)
+  batches = ptb.train_data(c)
+  first, second = next(batches), next(batches)
+  state = ptb.initial_model_state(c, c.batch_size)
+  variables = model.init(jax.random.key(0), first, model_state=state)
+  _, state = model.apply(variables, first, model_state=state)
+  return model, variables, (first, second), state
+
+
 def test_lstmn_core_carries_its_state_across_windows(corpus):
   """Word-level LSTMN (LSTMN paper §5.1): the second window's logits equal a hand-built
   stack of lstmn_scan calls whose tapes start from the first window's last states."""
@@ -189,12 +201,7 @@ def test_lstmn_core_carries_its_state_across_windows(corpus):
   c = _config(corpus, level="word")
   c.model.update(core="lstmn", num_layers=2, dropout_rate=0.0)
   ptb.validate_config(c)
-  model = ptb.build_model(c)
-  batches = ptb.train_data(c)
-  first, second = next(batches), next(batches)
-  state = ptb.initial_model_state(c, c.batch_size)
-  variables = model.init(jax.random.key(0), first, model_state=state)
-  _, state = model.apply(variables, first, model_state=state)
+  model, variables, (first, second), state = two_windows(c)
   logits, _ = model.apply(variables, second, model_state=state)
   p = variables["params"]
 
