@@ -17,8 +17,11 @@ figures are data in ``tasks/experiments/``): ``copying_T200``, ``copying_T500``,
 ``sst_fine`` (LSTM and LSTMN, test at the best dev checkpoint; LSTMN paper Table 2),
 ``summ_synthetic`` (LEAD, encRUM, decRUM, allRUM; RUM paper Table 4),
 ``char_ptb_equal_params`` (RUM 350 vs LN-LSTM 250 and FS-RUM-2 vs FS-LSTM-2 at equal
-parameters, Table 6's decay in the last quarter of ``--steps``; RUM paper Table 3) and the
-real-λ sweeps ``lam_copying``, ``lam_recall_T30``.
+parameters, Table 6's decay in the last quarter of ``--steps``; RUM paper Table 3),
+``clue_tnews``, ``clue_afqmc`` (StarSaber, Transformer, ReZero pretrained for
+``--pretrain_steps`` in ``<model>/pretrain`` then fine-tuned from it, a BiLSTM from
+scratch; StarSaber paper Table 3) and the real-λ sweeps ``lam_copying``,
+``lam_recall_T30``.
 
 Each model is one invocation of the generic loop in ``<workdir>/<experiment>/<model>``
 (:func:`rumjax.experiments.run_experiment`), compiled once: evaluation every
@@ -60,6 +63,9 @@ def define_flags() -> None:
                     "e.g. rum_lam1,gru.")
   flags.DEFINE_integer("steps", None, "Training steps per model (default: the variant's "
                        "num_steps: 10k for copying, 100k for recall).")
+  flags.DEFINE_integer("pretrain_steps", None, "Steps of the pretraining phase of the "
+                       "experiments that have one (clue_*: masked-LM pretraining before "
+                       "fine-tuning; default: the pretraining variant's num_steps).")
   flags.DEFINE_float("budget_minutes", None, "Wall-clock budget per model and invocation "
                      "(compilation and evaluations included); the model then stops with "
                      "status 'budget' after its final evaluation. Default: none.")
@@ -101,7 +107,7 @@ def options_from_flags(values) -> experiments.Options:
       eval_every=values.eval_every, eval_batches_during=values.eval_batches_during,
       log_every=values.log_every, keep_checkpoints=values.keep_checkpoints,
       sets=experiments.parse_overrides(values.set), tiny=values.tiny, seed=values.seed,
-      seeds=parse_seeds(values.seeds))
+      seeds=parse_seeds(values.seeds), pretrain_steps=values.pretrain_steps)
 
 
 def main(argv):

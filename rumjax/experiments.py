@@ -39,6 +39,7 @@ Example::
 """
 
 import ast
+import copy
 import dataclasses
 import datetime
 import json
@@ -142,6 +143,26 @@ def paper(field: str) -> Callable[[dict], Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Pretraining:
+  """A first phase for some of an experiment's models (the StarSaber paper's masked-LM
+  pretraining before CLUE fine-tuning): for model ``key`` in ``sets``, the config
+  ``task.get_config(variant)`` with the model's overrides, then ``sets[key]`` (e.g. a
+  learning rate and warm-up per model family), the ``tiny`` ones and ``Options.sets``,
+  trained for ``Options.pretrain_steps`` (default: the variant's) in
+  ``<model dir>/pretrain``. The model's own run then starts from those parameters
+  (``config.init_from``); models not in ``sets`` start from their initialisation.
+
+  Attributes:
+    variant: the pretraining variant, e.g. ``"mlm"``.
+    sets: ``{model key: {dotted field: value}}``, the models that pretrain.
+    tiny: overrides for smoke tests (``Options.tiny``) of the pretraining configs.
+  """
+  variant: str
+  sets: Mapping[str, Mapping[str, Any]]
+  tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Experiment:
   """A set of models trained on one task variant and compared with a paper.
 
@@ -168,6 +189,7 @@ class Experiment:
       ``variant`` (e.g. an FS-RNN-2 beside a single cell).
     adjust: ``config -> None``, applied last: fields that follow the run's ``num_steps``
       (e.g. a learning-rate decay at fixed fractions of training).
+    pretraining: a first phase for some models (:class:`Pretraining`), or ``None``.
   """
   name: str
   task: Any
@@ -183,6 +205,7 @@ class Experiment:
   figures: Optional[Callable[[str, str, Any], Any]] = None
   model_variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
   adjust: Optional[Callable[[Any], None]] = None
+  pretraining: Optional[Pretraining] = None
 
 
 @dataclasses.dataclass
@@ -206,6 +229,8 @@ class Options:
     seeds: several seeds (``config.seed`` of each run; instead of ``seed``): each model
       is trained once per seed in ``<model>/seed<k>/`` and reported as mean ± std. One
       seed is the same as ``seed``.
+    pretrain_steps: steps of the pretraining phase (:class:`Pretraining`; default: the
+      pretraining variant's ``num_steps``).
   """
   steps: Optional[int] = None
   budget_minutes: Optional[float] = None
@@ -217,12 +242,13 @@ class Options:
   tiny: bool = False
   seed: Optional[int] = None
   seeds: Optional[Sequence[int]] = None
+  pretrain_steps: Optional[int] = None
 
 
 def check_options(options: Options) -> None:
   """``ValueError`` naming the first bad option."""
-  for name, low in (("steps", 1), ("eval_every", 1), ("eval_batches_during", 0),
-                    ("log_every", 1), ("keep_checkpoints", 1)):
+  for name, low in (("steps", 1), ("pretrain_steps", 1), ("eval_every", 1),
+                    ("eval_batches_during", 0), ("log_every", 1), ("keep_checkpoints", 1)):
     value = getattr(options, name)
     if value is not None and value < low:
       raise ValueError(f"{name}={value} must be >= {low}.")
@@ -295,39 +321,64 @@ def limit_periodic_evals(config, batches: int) -> None:
         entry.batches = min(entry.batches, batches) if entry.get("batches") else batches
 
 
-def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
-  """The config of model ``key``: the variant's defaults (``exp.model_variants`` or
-  ``exp.variant``), the model's overrides, the ``tiny`` ones, ``options.sets`` and
-  ``seed``, then the run's steps and cadences (``eval_every`` for evaluations and
-  checkpoints) and ``exp.adjust``; validated by the task.
-
-  Raises:
-    ValueError: for an unknown field or an invalid config, naming it.
-  """
-  options = options or Options()
-  _, overrides = exp.models[key]
-  config = exp.task.get_config(exp.model_variants.get(key, exp.variant))
-  updates = dict(overrides)
-  if options.tiny:
-    updates.update(exp.tiny)
-  updates.update(options.sets)
+def _configure(exp: Experiment, config, updates: Mapping[str, Any], options: Options,
+               steps: Optional[int], adjust: bool):
+  """``config`` with ``updates``, ``options.sets`` and ``seed``, then ``steps`` and the
+  run's cadences (``eval_every`` for evaluations and checkpoints), ``exp.adjust`` if
+  ``adjust``; validated by the task."""
+  updates = {**updates, **options.sets}
   if options.seed is not None:
     updates["seed"] = options.seed
   configs.set_fields(config, updates)
   with config.unlocked():
-    if options.steps is not None:
-      config.num_steps = options.steps
+    if steps is not None:
+      config.num_steps = steps
     if options.eval_every is not None:
       config.eval_every = options.eval_every
     config.checkpoint_every = config.eval_every
     config.keep_checkpoints = options.keep_checkpoints
     config.log_every = options.log_every
   limit_periodic_evals(config, options.eval_batches_during)
-  if exp.adjust is not None:
+  if adjust and exp.adjust is not None:
     with config.unlocked():
       exp.adjust(config)
   exp.task.validate_config(config)
   return config
+
+
+def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
+  """The config of model ``key``: the variant's defaults (``exp.model_variants`` or
+  ``exp.variant``), the model's overrides, the ``tiny`` ones, ``options.sets`` and
+  ``seed``, then the run's steps and cadences (``eval_every`` for evaluations and
+  checkpoints) and ``exp.adjust``; validated by the task. (A model that pretrains gets
+  its ``init_from`` when it trains, :func:`train_experiment_model`.)
+
+  Raises:
+    ValueError: for an unknown field or an invalid config, naming it.
+  """
+  options = options or Options()
+  config = exp.task.get_config(exp.model_variants.get(key, exp.variant))
+  updates = {**exp.models[key][1], **(exp.tiny if options.tiny else {})}
+  return _configure(exp, config, updates, options, options.steps, adjust=True)
+
+
+def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None):
+  """The pretraining config of model ``key`` (:class:`Pretraining`: the pretraining
+  variant, the model's overrides, the phase's ``sets[key]``, the ``tiny`` ones of both,
+  ``options.sets`` and ``seed``; ``options.pretrain_steps`` steps, the run's cadences),
+  or ``None`` for a model that does not pretrain.
+
+  Raises:
+    ValueError: for an unknown field or an invalid config, naming it.
+  """
+  pre = exp.pretraining
+  if pre is None or key not in pre.sets:
+    return None
+  options = options or Options()
+  config = exp.task.get_config(pre.variant)
+  updates = {**exp.models[key][1], **pre.sets[key],
+             **({**exp.tiny, **pre.tiny} if options.tiny else {})}
+  return _configure(exp, config, updates, options, options.pretrain_steps, adjust=False)
 
 
 # ---------------------------------------------------------------------- cos(theta)
@@ -494,34 +545,63 @@ def final_at_best(config, workdir: str, task) -> Optional[dict]:
   return summary_metrics(training.evaluate_checkpoint(config, best, task, names=names))
 
 
+PRETRAIN_DIR = "pretrain"
+
+
+def pretrain_summary(record: Mapping[str, Any]) -> dict:
+  """What a model's record keeps of its pretraining run's :func:`run_model` record."""
+  return {k: record.get(k) for k in ("steps", "target_steps", "status", "metrics",
+                                      "num_params", "wall_sec_total", "cpu_sec_total")}
+
+
 def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
-                           options: Options, seed: Optional[int] = None) -> dict:
+                           options: Options, seed: Optional[int] = None,
+                           pre_config=None) -> dict:
   """Model ``key`` of ``exp`` in ``<exp_dir>/<key>`` (``<exp_dir>/<key>/seed<seed>`` when
-  ``seed`` is given: one seed of several): one loop invocation with the ``cos(theta)``
-  recorder every ``eval_every`` steps and the wall-clock budget, then, with early
-  stopping, the final-only evaluators on the best checkpoint (``at_best_metrics``,
-  :func:`final_at_best`) and the RUM's figures. A model that had finished with the same
-  config is not run again."""
+  ``seed`` is given: one seed of several): with ``pre_config`` (:func:`pretrain_config`)
+  first the pretraining run in ``<model dir>/pretrain`` and ``config.init_from`` set to
+  it; then one loop invocation with the experiment's hooks every ``eval_every`` steps
+  and the wall-clock budget (per phase), then, with early stopping, the final-only
+  evaluators on the best checkpoint (``at_best_metrics``, :func:`final_at_best`) and the
+  experiment's figures. The record keeps the pretraining's steps, status, metrics and
+  time as ``"pretrain"`` (:func:`pretrain_summary`). A phase that had finished with the
+  same config is not run again; a pretraining run that was preempted or diverged is
+  returned as it is (the model does not fine-tune from it).
+  """
   model_dir = seed_dir(exp_dir, key, seed)
+  label = exp.models[key][0]
+  info = {"model": key, "label": label, "tiny": options.tiny, "seed": config.get("seed")}
+  budget = ([training.TimeBudget(60 * options.budget_minutes)]
+            if options.budget_minutes else [])
+  pre_record = None
+  if pre_config is not None:
+    pre_dir = os.path.join(model_dir, PRETRAIN_DIR)
+    config = copy.deepcopy(config)
+    config.init_from = pre_dir
+    pre_record = finished(pre_config, pre_dir)
+    if pre_record is None and finished(config, model_dir) is None:
+      logging.info("%s: pretraining %s (%s) in %s", exp.name, key, label, pre_dir)
+      pre_record = run_model(pre_config, pre_dir, exp.task, hooks=budget,
+                             info={**info, "phase": PRETRAIN_DIR},
+                             invocation={"budget_minutes": options.budget_minutes})
+      if pre_record["status"] in ("preempted", "diverged"):
+        return pre_record
   done = finished(config, model_dir)
   if done is not None:
     logging.info("%s: finished at step %d already.", model_dir, done["steps"])
     return done
-  label = exp.models[key][0]
   every = config.eval_every or config.num_steps
   hooks = list(exp.hooks(exp.task, config, model_dir, every)) if exp.hooks else []
-  if options.budget_minutes:
-    hooks.append(training.TimeBudget(60 * options.budget_minutes))
   logging.info("%s: training %s (%s) in %s", exp.name, key, label, model_dir)
-  record = run_model(config, model_dir, exp.task, hooks=hooks,
-                     info={"model": key, "label": label, "tiny": options.tiny,
-                           "seed": config.get("seed")},
+  record = run_model(config, model_dir, exp.task, hooks=hooks + budget, info=info,
                      invocation={"budget_minutes": options.budget_minutes})
+  if pre_record is not None:
+    record["pretrain"] = pretrain_summary(pre_record)
   if record["status"] not in ("preempted", "diverged"):
     metrics = final_at_best(config, model_dir, exp.task)
     if metrics is not None:
       record["at_best_metrics"] = metrics
-      utils.write_json(os.path.join(model_dir, RESULT_FILE), record)
+  utils.write_json(os.path.join(model_dir, RESULT_FILE), record)
   if record["status"] != "preempted" and exp.figures:
     try:
       exp.figures(model_dir, label, exp.task)
@@ -547,13 +627,16 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   options = options or Options()
   check_options(options)
   seeds = run_seeds(options) if multi_seed(options) else None
-  runs = [(key, seed, model_config(exp, key, dataclasses.replace(options, seed=seed,
-                                                                 seeds=None)))
-          for key in select_models(exp, keys) for seed in run_seeds(options)]
+  runs = []
+  for key in select_models(exp, keys):
+    for seed in run_seeds(options):
+      seed_options = dataclasses.replace(options, seed=seed, seeds=None)
+      runs.append((key, seed, model_config(exp, key, seed_options),
+                   pretrain_config(exp, key, seed_options)))
   exp_dir = os.path.join(workdir, exp.name)
-  for key, seed, config in runs:
+  for key, seed, config, pre_config in runs:
     seed = seed if seeds else None   # one seed: the single-run layout
-    record = train_experiment_model(exp, key, config, exp_dir, options, seed)
+    record = train_experiment_model(exp, key, config, exp_dir, options, seed, pre_config)
     finish_experiment(exp, exp_dir, seeds)
     log(json.dumps({"experiment": exp.name, "model": key,
                     **({} if seed is None else {"seed": seed}), "steps": record["steps"],

@@ -206,9 +206,10 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
 
 
 def test_configs_of_the_paper():
-  assert sorted(EXPERIMENTS) == ["char_ptb_equal_params", "copying_T1000", "copying_T200",
-                                 "copying_T500", "lam_copying", "lam_recall_T30", "recall_T30",
-                                 "recall_T50", "sst_binary", "sst_fine", "summ_synthetic",
+  assert sorted(EXPERIMENTS) == ["char_ptb_equal_params", "clue_afqmc", "clue_tnews",
+                                 "copying_T1000", "copying_T200", "copying_T500",
+                                 "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
+                                 "sst_binary", "sst_fine", "summ_synthetic",
                                  "summ_synthetic_hard"]
   copying = EXPERIMENTS["copying_T500"]
   assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
@@ -509,3 +510,71 @@ def test_training_seconds_sums_the_logged_rates():
   at, values = analysis.metric_over_time(records, "eval_bpc")
   np.testing.assert_allclose(at, [10.0, 20.0])
   np.testing.assert_allclose(values, [3.0, 2.0])
+
+
+def test_clue_pretrains_then_fine_tunes_from_it_and_resumes(tmp_path):
+  """The CLUE experiments' two phases: a pretrained model's run starts from its own
+  pretraining run (``init_from`` = ``<model>/pretrain``; the encoder arrives unchanged at a
+  rate of ~0), the BiLSTM from scratch; each seed pretrains on its own; the table reports
+  the pretraining; re-running does nothing; an interrupted pretraining is not
+  fine-tuned from."""
+  from tests.test_task_clue import afqmc_dir
+  exp = EXPERIMENTS["clue_afqmc"]
+  sets = {"manual_dir": afqmc_dir(tmp_path), "data_dir": str(tmp_path / "tfds"),
+          "learning_rate": 1e-12}
+  options = experiments.Options(tiny=True, steps=2, pretrain_steps=3, eval_every=1,
+                                log_every=1, sets=sets, seeds=(0, 1))
+  root = str(tmp_path / "w")
+  summary = experiments.run_experiment(exp, root, ["starsaber", "bilstm"], options,
+                                       log=lambda _: None)
+  exp_dir = os.path.join(root, "clue_afqmc")
+  for seed in (0, 1):
+    model_dir = os.path.join(exp_dir, "starsaber", f"seed{seed}")
+    pre = json.load(open(os.path.join(model_dir, "pretrain", "result.json")))
+    assert pre["steps"] == 3 and pre["config"]["objective"] == "mlm"
+    assert pre["config"]["seed"] == seed and pre["config"]["warmup_steps"] == 500
+    fine = json.load(open(os.path.join(model_dir, "result.json")))
+    assert fine["config"]["init_from"] == os.path.join(model_dir, "pretrain")
+    assert fine["config"]["objective"] == "classify" and fine["steps"] == 2
+    assert fine["pretrain"]["steps"] == 3
+    assert "eval_masked_accuracy" in fine["pretrain"]["metrics"]
+    tuned, pretrained = (np.load(os.path.join(d, "params.npz"))
+                         for d in (model_dir, os.path.join(model_dir, "pretrain")))
+    shared = [k for k in tuned.files if "encoder" in k and k in pretrained.files]
+    assert shared
+    for k in shared:
+      np.testing.assert_allclose(tuned[k], pretrained[k], atol=1e-6)
+  assert not os.path.exists(os.path.join(exp_dir, "bilstm", "seed0", "pretrain"))
+  assert json.load(open(os.path.join(exp_dir, "bilstm", "seed0", "result.json")))[
+      "config"]["init_from"] == ""
+  r = summary["models"]["starsaber"]
+  assert r["n"] == 2 and "pretrain" not in summary["models"]["bilstm"]["runs"]["0"]
+  with open(os.path.join(exp_dir, "results.md")) as f:
+    row = next(line for line in f.read().splitlines() if line.startswith("| StarSaber"))
+  assert "| 3 |" in row and "| 70.18 |" in row
+  before = os.path.getmtime(os.path.join(exp_dir, "starsaber", "seed0", "pretrain",
+                                         "result.json"))
+  again = experiments.run_experiment(exp, root, ["starsaber"], options, log=lambda _: None)
+  assert again["models"]["starsaber"]["steps"] == 2
+  assert os.path.getmtime(os.path.join(exp_dir, "starsaber", "seed0", "pretrain",
+                                       "result.json")) == before
+
+
+
+def test_a_diverged_pretraining_is_not_fine_tuned_from(tmp_path, monkeypatch):
+  from tests.test_task_clue import afqmc_dir
+  exp = EXPERIMENTS["clue_afqmc"]
+  sets = {"manual_dir": afqmc_dir(tmp_path), "data_dir": str(tmp_path / "tfds")}
+  options = experiments.Options(tiny=True, steps=2, pretrain_steps=3, eval_every=1,
+                                log_every=1, sets=sets)
+  def diverge(*args, **kwargs):
+    raise training.NonFiniteError("non-finite loss or gradient at step 2")
+  monkeypatch.setattr(training, "train_and_evaluate", diverge)
+  monkeypatch.setattr(training, "evaluate_checkpoint", lambda *a, **k: {"step": 0})
+  summary = experiments.run_experiment(exp, str(tmp_path), ["transformer"], options,
+                                       log=lambda _: None)
+  model_dir = os.path.join(str(tmp_path), "clue_afqmc", "transformer")
+  pre = json.load(open(os.path.join(model_dir, "pretrain", "result.json")))
+  assert (pre["status"], pre["phase"]) == ("diverged", "pretrain")
+  assert not os.path.exists(os.path.join(model_dir, "result.json"))
+  assert summary["models"] == {}

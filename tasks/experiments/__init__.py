@@ -7,7 +7,7 @@ smoke-test sizes, the table's columns and the figure) and the bAbI set-ups of
     >>> rumjax.experiments.run_experiment(exp, "/tmp/repro", ["rum_lam1", "gru"])
 """
 
-from tasks.experiments import copying, lam, ptb, recall, sst, summarization
+from tasks.experiments import clue, copying, lam, ptb, recall, sst, summarization
 
-EXPERIMENTS = {**copying.EXPERIMENTS, **lam.EXPERIMENTS, **ptb.EXPERIMENTS, **recall.EXPERIMENTS,
+EXPERIMENTS = {**clue.EXPERIMENTS, **copying.EXPERIMENTS, **lam.EXPERIMENTS, **ptb.EXPERIMENTS, **recall.EXPERIMENTS,
                **sst.EXPERIMENTS, **summarization.EXPERIMENTS}

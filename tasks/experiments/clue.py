@@ -10,7 +10,24 @@ dev/test accuracies, for RESULTS.md and for runs at the paper's sizes::
 "Pretrained" group: MLM pretraining on the task's own inputs, hidden = input = 512.
 Both: Transformer and ReZero with 8 heads and an FFN of 4 x hidden; at hidden 300 (not a
 multiple of 8) we use 6 heads of 50 (the paper does not say how it split 300 over 8 heads).
+
+For ``launch.reproduce``, ``clue_tnews`` and ``clue_afqmc`` compare StarSaber, the
+Transformer, ReZero (each pretrained, then fine-tuned from it) and a BiLSTM (from scratch)
+at the CPU size of ``tasks.configs.clue`` (4 layers, hidden = embedding = 256, characters,
+batch 32), every model at the same steps of each phase::
+
+    python -m launch.reproduce --experiment=clue_tnews --workdir=/tmp/clue \
+        --pretrain_steps=6000 --steps=6000 --eval_every=500 --eval_batches_during=0
+
+Pretraining (masked LM on the task's inputs): Adam 1e-3 with a linear warm-up over the first
+:data:`PRETRAIN_WARMUP` steps for every pretrained family (:data:`PRETRAIN`; the paper's
+1e-4 left the Transformer at 0.2% masked accuracy after 600 steps, RESULTS.md). Fine-tuning:
+the task's config (Adam 1e-4, hinge loss; the BiLSTM 1e-3), the best dev checkpoint kept
+(early stopping on dev accuracy, AFQMC on dev loss, patience :data:`PATIENCE` evaluations).
 """
+
+from rumjax import experiments
+from tasks import clue as clue_task
 
 _W2V = {"model.hidden_size": 300, "model.embed_dim": 300, "model.freeze_embeddings": True}
 _PRE = {"model.hidden_size": 512, "model.embed_dim": 512}
@@ -67,3 +84,91 @@ ABLATIONS = {
 # Majority-class rate of the dev splits we have (AFQMC: 2,978 of 4,316 are label 0; TNEWS:
 # its largest class, index 8 = code 109 "news_tech", 1,089 of 10,000).
 MAJORITY_DEV = {"afqmc": 2978 / 4316, "tnews": 1089 / 10000}
+
+
+# ------------------------------------------------------------ launch.reproduce experiments
+
+# Fine-tuning keeps the best dev checkpoint; a patience of 10 evaluations lets plateaus
+# (AFQMC sits at the majority class for a while) pass.
+PATIENCE = 10
+PRETRAIN_WARMUP = 500
+# Pretraining per family: the same rate and warm-up for every pretrained model.
+PRETRAIN = {k: {"learning_rate": 1e-3, "warmup_steps": PRETRAIN_WARMUP}
+            for k in ("starsaber", "transformer", "rezero")}
+
+MODELS = {
+    "starsaber": ("StarSaber 4x256", {"model.name": "starsaber"}),
+    "transformer": ("Transformer 4x256", {"model.name": "transformer"}),
+    "rezero": ("ReZero 4x256", {"model.name": "rezero"}),
+    "bilstm": ("BiLSTM 256 (no pretraining)", {"model.name": "bilstm",
+                                               "model.num_layers": 1, "learning_rate": 1e-3}),
+}
+# The paper's dev accuracy (Table 3) beside ours: StarSaber-2 and the pretrained
+# Transformer / ReZero (6 or 12 layers of 512), the Word2Vec BiLSTM.
+_PAPER_KEYS = {"starsaber": ("pretrained", "starsaber2"),
+               "transformer": ("pretrained", "transformer"),
+               "rezero": ("pretrained", "rezero"), "bilstm": ("word2vec", "bilstm")}
+
+TINY = {"model.num_layers": 1, "model.hidden_size": 8, "model.embed_dim": 8,
+        "model.num_heads": 2, "batch_size": 4, "eval_batch_size": 4}
+
+
+def pretrain_accuracy(record: dict):
+  """A :class:`~rumjax.experiments.Column` value: the final dev masked accuracy (%) of the
+  model's pretraining run."""
+  value = ((record.get("pretrain") or {}).get("metrics") or {}).get("eval_masked_accuracy")
+  return None if value is None else 100 * value
+
+
+def pretrain_steps(record: dict):
+  return (record.get("pretrain") or {}).get("steps")
+
+
+COLUMNS = {
+    "tnews": (
+        experiments.Column("pretrain steps", pretrain_steps, ".0f"),
+        experiments.Column("masked acc. (%)", pretrain_accuracy),
+        experiments.Column("best dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
+        experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f"),
+    ),
+    "afqmc": (
+        experiments.Column("pretrain steps", pretrain_steps, ".0f"),
+        experiments.Column("masked acc. (%)", pretrain_accuracy),
+        experiments.Column("dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
+        experiments.Column("dev F1 (%)", experiments.at_best("eval_f1", 100.0)),
+        experiments.Column("recall of class 0 (%)",
+                           experiments.at_best("eval_recall_0", 100.0)),
+        experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f"),
+    ),
+}
+
+
+def notes(task: str):
+  def lines(summary: dict) -> list[str]:
+    del summary
+    out = ["Dev metrics at the best dev checkpoint (early stopping's `best`; CLUE's test "
+           "labels are private). Masked acc.: the pretraining run's final dev masked-token "
+           "accuracy."]
+    if task == "afqmc":
+      out.append(f"The majority class (label 0) is {100 * MAJORITY_DEV['afqmc']:.1f}% of "
+                 "dev: accuracy there with F1 0 is no ranking; F1 and the recall of class 0 "
+                 "say what each model learnt.")
+    return out
+  return lines
+
+
+def experiment(task: str) -> experiments.Experiment:
+  """``clue_<task>``: the four models of :data:`MODELS` on ``task``."""
+  column = TASKS.index(task)
+  return experiments.Experiment(
+      name=f"clue_{task}", task={"tnews": clue_task.TNEWS, "afqmc": clue_task.AFQMC}[task],
+      variant=None,
+      models={k: (label, {**fields, "early_stopping_patience": PATIENCE})
+              for k, (label, fields) in MODELS.items()},
+      tiny=TINY, paper={k: {"dev_accuracy": TABLE3[g][column][0]}
+                        for k, g in _PAPER_KEYS.items()},
+      paper_source="StarSaber paper, Table 3 (dev)", columns=COLUMNS[task],
+      notes=notes(task), pretraining=experiments.Pretraining("mlm", PRETRAIN))
+
+
+EXPERIMENTS = {f"clue_{t}": experiment(t) for t in ("tnews", "afqmc")}
