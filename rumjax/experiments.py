@@ -147,19 +147,17 @@ class Pretraining:
   """A first phase for some of an experiment's models (the StarSaber paper's masked-LM
   pretraining before CLUE fine-tuning): for model ``key`` in ``sets``, the config
   ``task.get_config(variant)`` with the model's overrides, then ``sets[key]`` (e.g. a
-  learning rate and warm-up per model family), the ``tiny`` ones and ``Options.sets``,
-  trained for ``Options.pretrain_steps`` (default: the variant's) in
+  learning rate and warm-up per model family), the experiment's ``tiny`` ones and
+  ``Options.sets``, trained for ``Options.pretrain_steps`` (default: the variant's) in
   ``<model dir>/pretrain``. The model's own run then starts from those parameters
   (``config.init_from``); models not in ``sets`` start from their initialisation.
 
   Attributes:
     variant: the pretraining variant, e.g. ``"mlm"``.
     sets: ``{model key: {dotted field: value}}``, the models that pretrain.
-    tiny: overrides for smoke tests (``Options.tiny``) of the pretraining configs.
   """
   variant: str
   sets: Mapping[str, Mapping[str, Any]]
-  tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,7 +362,7 @@ def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
 
 def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None):
   """The pretraining config of model ``key`` (:class:`Pretraining`: the pretraining
-  variant, the model's overrides, the phase's ``sets[key]``, the ``tiny`` ones of both,
+  variant, the model's overrides, the phase's ``sets[key]``, the experiment's ``tiny`` ones,
   ``options.sets`` and ``seed``; ``options.pretrain_steps`` steps, the run's cadences),
   or ``None`` for a model that does not pretrain.
 
@@ -377,7 +375,7 @@ def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None
   options = options or Options()
   config = exp.task.get_config(pre.variant)
   updates = {**exp.models[key][1], **pre.sets[key],
-             **({**exp.tiny, **pre.tiny} if options.tiny else {})}
+             **(exp.tiny if options.tiny else {})}
   return _configure(exp, config, updates, options, options.pretrain_steps, adjust=False)
 
 

@@ -124,22 +124,19 @@ def pretrain_steps(record: dict):
   return (record.get("pretrain") or {}).get("steps")
 
 
+_PRETRAIN_COLUMNS = (experiments.Column("pretrain steps", pretrain_steps, ".0f"),
+                     experiments.Column("masked acc. (%)", pretrain_accuracy))
+_PAPER_COLUMN = experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f")
 COLUMNS = {
-    "tnews": (
-        experiments.Column("pretrain steps", pretrain_steps, ".0f"),
-        experiments.Column("masked acc. (%)", pretrain_accuracy),
-        experiments.Column("best dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
-        experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f"),
-    ),
-    "afqmc": (
-        experiments.Column("pretrain steps", pretrain_steps, ".0f"),
-        experiments.Column("masked acc. (%)", pretrain_accuracy),
-        experiments.Column("dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
-        experiments.Column("dev F1 (%)", experiments.at_best("eval_f1", 100.0)),
-        experiments.Column("recall of class 0 (%)",
-                           experiments.at_best("eval_recall_0", 100.0)),
-        experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f"),
-    ),
+    "tnews": (*_PRETRAIN_COLUMNS,
+              experiments.Column("best dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
+              _PAPER_COLUMN),
+    "afqmc": (*_PRETRAIN_COLUMNS,
+              experiments.Column("dev acc. (%)", experiments.at_best("eval_accuracy", 100.0)),
+              experiments.Column("dev F1 (%)", experiments.at_best("eval_f1", 100.0)),
+              experiments.Column("recall of class 0 (%)",
+                                 experiments.at_best("eval_recall_0", 100.0)),
+              _PAPER_COLUMN),
 }
 
 
