@@ -112,10 +112,13 @@ def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:
           statistics.stdev(values) if len(values) > 1 else None)
 
 
-def metric(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
-  """A :class:`Column` value: the final metric ``name`` of a record times ``scale``."""
+def metric(name: str, scale: float = 1.0,
+           phase: Optional[str] = None) -> Callable[[dict], Optional[float]]:
+  """A :class:`Column` value: the final metric ``name`` of a record times ``scale``; with
+  ``phase="pretrain"``, of the model's pretraining run (:class:`Pretraining`)."""
   def value(record):
-    v = record.get("metrics", {}).get(name)
+    run = record if phase is None else (record.get(phase) or {})
+    v = (run.get("metrics") or {}).get(name)
     return None if v is None else scale * v
   return value
 

@@ -120,19 +120,14 @@ TINY = {"model.num_layers": 1, "model.hidden_size": 8, "model.embed_dim": 8,
         "model.num_heads": 2, "batch_size": 4, "eval_batch_size": 4}
 
 
-def pretrain_accuracy(record: dict):
-  """A :class:`~rumjax.experiments.Column` value: the final dev masked accuracy (%) of the
-  model's pretraining run."""
-  value = ((record.get("pretrain") or {}).get("metrics") or {}).get("eval_masked_accuracy")
-  return None if value is None else 100 * value
-
-
 def pretrain_steps(record: dict):
   return (record.get("pretrain") or {}).get("steps")
 
 
-_PRETRAIN_COLUMNS = (experiments.Column("pretrain steps", pretrain_steps, ".0f"),
-                     experiments.Column("masked acc. (%)", pretrain_accuracy))
+_PRETRAIN_COLUMNS = (
+    experiments.Column("pretrain steps", pretrain_steps, ".0f"),
+    experiments.Column("masked acc. (%)", experiments.metric("eval_masked_accuracy", 100.0,
+                                                             phase="pretrain")))
 _PAPER_COLUMN = experiments.Column("paper dev (%)", experiments.paper("dev_accuracy"), ".2f")
 COLUMNS = {
     "tnews": (*_PRETRAIN_COLUMNS,
