@@ -615,9 +615,10 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
                    options: Optional[Options] = None,
                    log: Callable[[str], None] = print) -> dict:
   """Trains the models ``keys`` (default: all) of ``exp`` under ``<workdir>/<exp.name>``
-  one after the other (each over ``options.seeds``, one seed after the other), rewriting
-  the experiment's results after each run; stops after a preempted run. Every config is
-  built and checked before anything trains.
+  one after the other, seed by seed (every model's first seed, then every model's second,
+  ...: a run cut short still compares all the models), rewriting the experiment's results
+  after each run; stops after a preempted run. Every config is built and checked before
+  anything trains.
 
   Returns:
     The ``results.json`` content (:func:`experiment_summary`).
@@ -629,8 +630,8 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   check_options(options)
   seeds = run_seeds(options) if multi_seed(options) else None
   runs = []
-  for key in select_models(exp, keys):
-    for seed in run_seeds(options):
+  for seed in run_seeds(options):
+    for key in select_models(exp, keys):
       seed_options = dataclasses.replace(options, seed=seed, seeds=None)
       runs.append((key, seed, model_config(exp, key, seed_options),
                    pretrain_config(exp, key, seed_options)))

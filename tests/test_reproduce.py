@@ -538,8 +538,12 @@ def test_clue_pretrains_then_fine_tunes_from_it_and_resumes(tmp_path):
   options = experiments.Options(tiny=True, steps=2, pretrain_steps=3, eval_every=1,
                                 log_every=1, sets=sets, seeds=(0, 1))
   root = str(tmp_path / "w")
+  lines = []
   summary = experiments.run_experiment(exp, root, ["starsaber", "bilstm"], options,
-                                       log=lambda _: None)
+                                       log=lines.append)
+  # Seed by seed: a run cut short after the first seed still compares every model.
+  assert [(x["model"], x["seed"]) for x in map(json.loads, lines)] == [
+      ("starsaber", 0), ("bilstm", 0), ("starsaber", 1), ("bilstm", 1)]
   exp_dir = os.path.join(root, "clue_afqmc")
   for seed in (0, 1):
     model_dir = os.path.join(exp_dir, "starsaber", f"seed{seed}")
