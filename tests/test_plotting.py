@@ -105,3 +105,14 @@ def test_draw_on_axes():
   plotting.draw_cos_histograms(axes[0, 0], {})
   plotting.draw_accuracy_bars(axes[0, 1], ["a"], [50.0], [None], chance=10.0)
   assert axes[0, 1].get_ylabel() == "test accuracy (%)"
+
+
+def test_the_seeds_of_a_model_share_its_colour_with_a_line_style_each():
+  styles = plotting.common.line_styles(["RUM s0", "RUM s1", "LSTM s0", "LSTM s1", "GRU"])
+  assert styles == {"RUM s0": ("C0", "-"), "RUM s1": ("C0", "--"),
+                    "LSTM s0": ("C1", "-"), "LSTM s1": ("C1", "--"), "GRU": ("C2", "-")}
+  fig, axes = plotting.common.figure()
+  plotting.common.draw_curves(axes[0, 0], {k: ([0, 1, 2], [3.0, 2.0, 1.0]) for k in styles})
+  drawn = {line.get_label(): (line.get_color(), line.get_linestyle())
+           for line in axes[0, 0].get_lines()}
+  assert drawn == styles

@@ -12,6 +12,7 @@ inside the functions that draw, so ``import rumjax.plotting`` works without it.
 
 import json
 import os
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -46,12 +47,34 @@ def save(fig, path: str) -> str:
   return path
 
 
+_SEED_LABEL = re.compile(r"^(.*) s(\d+)$")   # "<model> s<seed>": one seed of a model
+_SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def line_styles(labels: Sequence[str]) -> dict:
+  """``{label: (colour, line style)}``: one colour per model, one line style per seed of
+  it (labels ``"<model> s<seed>"``, :func:`rumjax.experiments.metric_curves`); a label
+  without a seed is a model of its own."""
+  colours, seen, out = {}, {}, {}
+  for label in labels:
+    match = _SEED_LABEL.match(label)
+    model = match.group(1) if match else label
+    colours.setdefault(model, f"C{len(colours) % 10}")
+    k = seen[model] = seen.get(model, -1) + 1
+    out[label] = (colours[model], _SEED_STYLES[k % len(_SEED_STYLES)])
+  return out
+
+
 def draw_curves(ax, curves: Mapping[str, tuple], *, baseline: Optional[float] = None,
                 ylabel: str = "cross-entropy", title: str = "", logy: bool = False):
-  """Lines ``{label: (steps, values)}``, with an optional dashed baseline."""
+  """Lines ``{label: (steps, values)}`` (the seeds of one model in its colour, one line
+  style each: :func:`line_styles`), with an optional dashed baseline."""
+  styles = line_styles(list(curves))
   for label, (steps, values) in curves.items():
     if len(steps):
-      ax.plot(steps, values, label=label, lw=1.2, marker="." if len(steps) < 3 else None)
+      colour, style = styles[label]
+      ax.plot(steps, values, label=label, lw=1.2, color=colour, ls=style,
+              marker="." if len(steps) < 3 else None)
   if baseline is not None:
     ax.axhline(baseline, color="k", ls="--", lw=1.0,
                label=f"memoryless baseline {baseline:.4f}")
