@@ -350,6 +350,29 @@ def loss_and_metrics(outputs, batch):
   return hinge / jnp.maximum(n, 1.0), out
 
 
+def context_free_floor(data: Data, split: str = "dev") -> dict:
+  """The masked-LM floor that pretraining must beat: what a predictor that ignores the
+  context scores at the masked positions of ``split``. Positions are masked uniformly among
+  the real ones (not ``SEP``), so with the character frequencies ``n_c`` of the MLM corpus
+  (``data.corpus()``, ``N`` characters, vocabulary ``V``):
+
+  - ``accuracy``: the share of ``split``'s positions holding the corpus's most frequent
+    character (always predicting it);
+  - ``cross_entropy``: ``-mean log p(c)`` over ``split``'s positions with the add-one
+    unigram ``p(c) = (n_c + 1) / (N + V)``, in nats.
+  """
+  def real(arrays):
+    inputs, lengths = np.asarray(arrays["inputs"]), np.asarray(arrays["lengths"])
+    ids = inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]]
+    return ids[ids != data.vocab.id(SEP)]
+
+  counts = np.bincount(real(data.corpus()), minlength=len(data.vocab))
+  ids = real(data.splits[split])
+  p = (counts + 1.0) / (counts.sum() + len(data.vocab))
+  return {"accuracy": float(np.mean(ids == np.argmax(counts))),
+          "cross_entropy": float(-np.mean(np.log(p[ids])))}
+
+
 def mlm_loss_and_metrics(logits, batch):
   """Masked-LM reconstruction: cross-entropy on all real positions (the paper), metrics at
   the masked positions (``weights``)."""

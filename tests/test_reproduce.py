@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tasks
+from tasks import clue as clue_task
 from tasks import copying as copying_task
 from rumjax import analysis, experiments, plotting, training
 from tasks.experiments import EXPERIMENTS
@@ -567,7 +568,10 @@ def test_clue_pretrains_then_fine_tunes_from_it_and_resumes(tmp_path):
   r = summary["models"]["starsaber"]
   assert r["n"] == 2 and "pretrain" not in summary["models"]["bilstm"]["runs"]["0"]
   with open(os.path.join(exp_dir, "results.md")) as f:
-    row = next(line for line in f.read().splitlines() if line.startswith("| StarSaber"))
+    table = f.read()
+  floor = clue_task.context_free_floor(clue_task.data(fine["config"]), "dev")
+  assert f"on dev: {100 * floor['accuracy']:.1f}% (always the most frequent" in table
+  row = next(line for line in table.splitlines() if line.startswith("| StarSaber"))
   masked = experiments.mean_std(
       [100 * json.load(open(os.path.join(exp_dir, "starsaber", f"seed{seed}", "pretrain",
                                          "result.json")))["metrics"]["eval_masked_accuracy"]

@@ -166,6 +166,31 @@ def test_mlm_batches_mask_dynamically_and_never_the_separator(tmp_path):
     np.testing.assert_array_equal(b1[k], b2[k])
 
 
+def test_the_context_free_floor_counts_characters_by_hand(tmp_path):
+  """The masked-LM floor from the raw texts with a Python loop: the corpus is every
+  split's inputs (AFQMC: both sentences of each pair, the separator left out)."""
+  import collections
+  import math
+  _, config = _config("afqmc", afqmc_dir(tmp_path), tmp_path)
+  folder = config.manual_dir
+  texts = {name: [json.loads(line) for line in open(os.path.join(folder, f"{name}.json"),
+                                                    encoding="utf-8")]
+           for name in ("train", "dev", "test")}
+  chars = {name: [c for row in rows for c in row["sentence1"] + row["sentence2"]]
+           for name, rows in texts.items()}
+  counts = collections.Counter(c for name in chars for c in chars[name])
+  tops = [c for c, n in counts.items() if n == max(counts.values())]
+  vocab_size = len(counts) + 3                     # <pad>, <unk>, <sep>
+  total = sum(counts.values())
+  expected_ce = -sum(math.log((counts[c] + 1) / (total + vocab_size))
+                     for c in chars["dev"]) / len(chars["dev"])
+  floor = clue.context_free_floor(clue.data(config), "dev")
+  assert floor["accuracy"] in [pytest.approx(chars["dev"].count(c) / len(chars["dev"]))
+                               for c in tops]
+  assert floor["cross_entropy"] == pytest.approx(expected_ce)
+  assert 0 < floor["accuracy"] < 1
+
+
 def test_multi_margin_loss_against_its_definition():
   rng = np.random.default_rng(0)
   scores = rng.normal(size=(6, 4)).astype(np.float32)

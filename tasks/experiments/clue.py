@@ -144,10 +144,16 @@ COLUMNS = {
 
 def notes(task: str):
   def lines(summary: dict) -> list[str]:
-    del summary
     out = ["Dev metrics at the best dev checkpoint (early stopping's `best`; CLUE's test "
            "labels are private). Masked acc.: the pretraining run's final masked-token "
            f"accuracy on the first {PRETRAIN_EVAL_BATCHES} batches of dev."]
+    configs = [r["config"] for r in summary["models"].values() if r.get("config")]
+    if configs:
+      floor = clue_task.context_free_floor(clue_task.data(configs[0]), "dev")
+      out.append(f"The context-free floor of the masked positions on dev: "
+                 f"{100 * floor['accuracy']:.1f}% (always the most frequent character), "
+                 f"{floor['cross_entropy']:.2f} nats (its unigram): a masked accuracy near "
+                 "it means a model learnt no context.")
     if task == "afqmc":
       out.append(f"The majority class (label 0) is {100 * MAJORITY_DEV['afqmc']:.1f}% of "
                  "dev: accuracy there with F1 0 is no ranking; F1 and the recall of class 0 "
