@@ -131,6 +131,11 @@ class Data:
   def size(self, split: str) -> int:
     return len(self.examples[split])
 
+  def max_oovs(self) -> int:
+    """The most article words outside the vocabulary in one example of any split: the
+    copy slots of the extended vocabulary the model needs (``config.max_oovs``)."""
+    return max((len(ex["oovs"]) for exs in self.examples.values() for ex in exs), default=0)
+
   def example(self, key: int) -> dict:
     code, index = divmod(int(key), KEY_SHIFT)
     split = {v: k for k, v in SPLIT_CODES.items()}[code]
@@ -242,8 +247,19 @@ def eval_data(config, split: str, *, data: Callable[[Any], Data], name: str,
 
 
 def build_model(config, *, data: Callable[[Any], Data]):
-  """The pointer-generator of ``config.model`` over the vocabulary of ``data(config)``."""
-  vocab = data(config).vocab
+  """The pointer-generator of ``config.model`` over the vocabulary of ``data(config)``.
+
+  Raises:
+    ValueError: when an article has more words outside the vocabulary than the model has
+      copy slots (``config.max_oovs``): their extended ids would point past the final
+      distribution (a NaN loss at the first step).
+  """
+  d = data(config)
+  vocab, needed = d.vocab, d.max_oovs()
+  if needed > config.max_oovs:
+    raise ValueError(f"an article has {needed} words outside the {len(vocab)}-word "
+                     f"vocabulary, more than the {config.max_oovs} copy slots of "
+                     f"config.max_oovs: set --config.max_oovs={needed} (or more).")
   return build_registered(config.model, vocab_size=len(vocab), max_oovs=config.max_oovs,
                           unk_id=vocab.unk_id)
 

@@ -184,3 +184,34 @@ def test_beam_decoding_of_a_tiny_trained_model_copies_the_marked_sentence():
     copied = [w for w, ok, k in zip(words, exact, batch["key"]) if ok
               and set(w) & set(d.example(k)["oovs"])]
     assert copied, "no exact summary contains an article OOV: nothing was copied"
+
+
+def test_too_few_copy_slots_is_a_one_line_error_not_a_nan():
+  """An article with more OOVs than ``max_oovs`` would point past the final distribution
+  (a NaN loss at step 1): building the model says which field to raise and to what."""
+  c = _config(max_oovs=3)
+  needed = summ_synthetic.data(c).max_oovs()
+  assert needed > 3
+  with pytest.raises(ValueError, match=rf"^an article has {needed} words outside the "
+                     rf".*config.max_oovs: set --config.max_oovs={needed} \(or more\)\.$"):
+    TASK.build_model(c)
+
+
+def test_the_hard_tasks_first_loss_is_finite_at_its_sizes():
+  """Every example of the hard task's real data fits the copy slots, and the first
+  training batch's loss and gradients are finite (at max_oovs 20 it was NaN at step 1)."""
+  import jax
+  c = summ_synthetic_config.get_config("lead_hard")
+  d = summ_synthetic.data(c)
+  assert d.max_oovs() <= c.max_oovs
+  batch = next(iter(TASK.train_data(c)))
+  assert int(np.max(batch["targets"])) < len(d.vocab) + c.max_oovs
+  model = TASK.build_model(c)
+  params = model.init(jax.random.key(0), batch, train=False)["params"]
+
+  def loss(p):
+    return TASK.loss_and_metrics(model.apply({"params": p}, batch, train=False), batch)[0]
+
+  value, grads = jax.value_and_grad(loss)(params)
+  assert np.isfinite(float(value))
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))

@@ -14,7 +14,9 @@ from tasks.configs import summarization as summ_config
 NAME = "summ_synthetic"
 # The configurations (lead, encrum, decrum, allrum) on the easy task, and each on the hard
 # one (``<configuration>_hard``: multi-sentence summaries with distractors).
-HARD = dict(difficulty="hard", max_enc_steps=160, max_dec_steps=40, max_decode_steps=40)
+# Up to 35 article OOVs per example at the default sizes: 40 copy slots.
+HARD = dict(difficulty="hard", max_enc_steps=160, max_dec_steps=40, max_decode_steps=40,
+            max_oovs=40)
 VARIANTS = {**{k: {} for k in summ_config.VARIANTS},
             **{f"{k}_hard": HARD for k in summ_config.VARIANTS}}
 
