@@ -456,7 +456,7 @@ def test_summarization_configs():
     c = experiments.model_config(hard, k)
     want = cfg[k].to_dict()
     want.update(variant="lead_hard", difficulty="hard", max_enc_steps=160, max_dec_steps=40,
-                max_decode_steps=40)
+                max_decode_steps=40, max_oovs=40)
     assert c.to_dict() == want
 
 
