@@ -123,6 +123,17 @@ def metric(name: str, scale: float = 1.0,
   return value
 
 
+def metric_at(name: str, step: int,
+              scale: float = 1.0) -> Callable[[dict], Optional[float]]:
+  """A :class:`Column` value: metric ``name`` of the evaluation at training step ``step``
+  (the record's ``"evals"``, :func:`eval_history`) times ``scale``; ``None`` before the
+  run reached it. How fast a model learns, where every model ends at the same score."""
+  def value(record):
+    v = ((record.get("evals") or {}).get(str(step)) or {}).get(name)
+    return None if v is None else scale * v
+  return value
+
+
 def at_best(name: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
   """A :class:`Column` value: metric ``name`` at the checkpoint early stopping kept (e.g.
   ``"test_accuracy"``: test at best dev; :func:`final_at_best`, else the best
@@ -657,8 +668,9 @@ def aggregate_records(records: Sequence[dict]) -> dict:
   ``target_steps``; ``status`` (the common one, else the seeds' joined by ``/``) and
   ``statuses``; ``metrics`` and ``metrics_std``: per metric that every seed has, the mean
   and the sample standard deviation (``n - 1``; ``None`` for ``n = 1``), the same for
-  ``best_metrics`` and ``at_best_metrics`` when every seed has them; the wall and CPU
-  time summed over the seeds; ``runs``: ``{seed: record}``."""
+  ``best_metrics`` and ``at_best_metrics`` when every seed has them; ``evals``: the mean
+  of the seeds' periodic evaluations (the steps and metrics every seed has); the wall and
+  CPU time summed over the seeds; ``runs``: ``{seed: record}``."""
   first = records[0]
   stats = {field: _field_stats(records, field)
            for field in ("metrics", "best_metrics", "at_best_metrics")
@@ -675,34 +687,62 @@ def aggregate_records(records: Sequence[dict]) -> dict:
       "statuses": statuses,
       **{field: {k: m for k, (m, _) in st.items()} for field, st in stats.items()},
       **{f"{field}_std": {k: s for k, (_, s) in st.items()} for field, st in stats.items()},
+      "evals": _mean_evals(records),
       "wall_sec_total": round(sum(r["wall_sec_total"] for r in records), 1),
       "cpu_sec_total": round(sum(r["cpu_sec_total"] for r in records), 1),
       "runs": {str(r["config"].get("seed")): r for r in records},
   }
 
 
-def _field_stats(records: Sequence[dict], field: str) -> dict:
-  """``{metric: (mean, std)}`` of ``record[field]`` over ``records`` (the metrics that
-  every record has)."""
-  names = [k for k in records[0][field] if all(k in r[field] for r in records)]
-  return {k: mean_std([r[field][k] for r in records]) for k in names}
+def _mean_evals(records: Sequence[dict]) -> dict:
+  """The mean over ``records`` of their ``"evals"`` (:func:`eval_history`): the steps and
+  metrics that every record has."""
+  evals = [r.get("evals") or {} for r in records]
+  steps = [s for s in evals[0] if all(s in e for e in evals)]
+  return {s: {k: m for k, (m, _) in _field_stats([e[s] for e in evals], None).items()}
+          for s in steps}
+
+
+def _field_stats(records: Sequence[dict], field: Optional[str]) -> dict:
+  """``{metric: (mean, std)}`` of ``record[field]`` (``field=None``: of ``record``) over
+  ``records`` (the metrics that every record has)."""
+  dicts = [r if field is None else r[field] for r in records]
+  names = [k for k in dicts[0] if all(k in d for d in dicts)]
+  return {k: mean_std([d[k] for d in dicts]) for k in names}
+
+
+def eval_history(run_dir: str) -> dict[str, dict[str, float]]:
+  """``{str(step): {name: value}}``: the periodic evaluations (``eval_*`` metrics) in
+  ``<run_dir>/metrics.jsonl``, the last one written winning at a step (a resumed run)."""
+  history = {}
+  for r in utils.read_jsonl(os.path.join(run_dir, "metrics.jsonl")):
+    evals = {k: v for k, v in r.items() if k.startswith("eval_")}
+    if evals:
+      history.setdefault(str(r["step"]), {}).update(evals)
+  return history
+
+
+def _read_record(run_dir: str) -> Optional[dict]:
+  """A run's ``result.json`` with its :func:`eval_history` as ``"evals"``."""
+  record = utils.read_json(os.path.join(run_dir, RESULT_FILE))
+  return None if record is None else dict(record, evals=eval_history(run_dir))
 
 
 def experiment_summary(exp: Experiment, exp_dir: str,
                        seeds: Optional[Sequence[int]] = None) -> dict:
   """``results.json``: the experiment, the hardware, and per model (in the experiment's
   order, those with a ``result.json``) its record with the paper's numbers as
-  ``"paper"``. With ``seeds`` (several): the records of ``<key>/seed<k>/`` that exist,
+  ``"paper"`` and its periodic evaluations as ``"evals"`` (:func:`eval_history`). With
+  ``seeds`` (several): the records of ``<key>/seed<k>/`` that exist,
   as one :func:`aggregate_records` record per model, and ``"seeds"``."""
   models = {}
   for key in exp.models:
     if seeds:
-      found = [utils.read_json(os.path.join(seed_dir(exp_dir, key, s), RESULT_FILE))
-               for s in seeds]
+      found = [_read_record(seed_dir(exp_dir, key, s)) for s in seeds]
       found = [r for r in found if r is not None]
       record = aggregate_records(found) if found else None
     else:
-      record = utils.read_json(os.path.join(exp_dir, key, RESULT_FILE))
+      record = _read_record(os.path.join(exp_dir, key))
     if record is not None:
       models[key] = dict(record, paper=exp.paper.get(key))
   summary = {"experiment": exp.name, "task": exp.task.name, "variant": exp.variant,

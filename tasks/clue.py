@@ -58,6 +58,7 @@ import numpy as np
 from rumjax import metrics
 from rumjax.models import build_model as build_registered_model
 from rumjax.models import encoders
+from rumjax.models.text_classifier import length_mask
 from rumjax.registry import Registry
 from tasks import common
 from tasks.base import Task
@@ -362,8 +363,8 @@ def context_free_floor(data: Data, split: str = "dev") -> dict:
     unigram ``p(c) = (n_c + 1) / (N + V)``, in nats.
   """
   def real(arrays):
-    inputs, lengths = np.asarray(arrays["inputs"]), np.asarray(arrays["lengths"])
-    ids = inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]]
+    inputs = np.asarray(arrays["inputs"])
+    ids = inputs[np.asarray(length_mask(inputs, arrays["lengths"]))]
     return ids[ids != data.vocab.id(SEP)]
 
   counts = np.bincount(real(data.corpus()), minlength=len(data.vocab))
@@ -378,7 +379,7 @@ def mlm_loss_and_metrics(logits, batch):
   the masked positions (``weights``)."""
   targets = batch["targets"]
   rows = metrics.batch_mask(batch, targets.shape[0])
-  real = (jnp.arange(targets.shape[1])[None, :] < batch["lengths"][:, None]) * rows[:, None]
+  real = length_mask(targets, batch["lengths"]) * rows[:, None]
   masked = batch["weights"] * rows[:, None]
   ce = metrics.cross_entropy(logits, targets)
   n = jnp.sum(real)

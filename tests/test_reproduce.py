@@ -311,6 +311,7 @@ def test_seeds_mean_std_and_resume(tmp_path):
     assert analysis.checkpoint_steps(on_disk) == [2]
     with open(os.path.join(on_disk, "result.json")) as f:
       assert json.load(f)["metrics"] == run["metrics"]
+    assert run["evals"] == experiments.eval_history(on_disk) and "2" in run["evals"]
   assert runs[0]["metrics"]["train_loss"] != runs[1]["metrics"]["train_loss"]
   for name in ("train_loss", "test_loss", "test_accuracy"):
     values = [run["metrics"][name] for run in runs]
@@ -360,6 +361,17 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
   assert "±" not in table
 
 
+def test_eval_history_reads_the_periodic_evaluations(tmp_path):
+  """The evaluations of ``metrics.jsonl`` by step; a resumed run's re-evaluation wins."""
+  rows = [{"step": 10, "train_loss": 2.0}, {"step": 20, "eval_loss": 1.5, "eval_acc": 0.1},
+          {"step": 20, "eval_loss": 1.4}, {"step": 40, "eval_loss": 1.0}]
+  with open(tmp_path / "metrics.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  assert experiments.eval_history(str(tmp_path)) == {
+      "20": {"eval_loss": 1.4, "eval_acc": 0.1}, "40": {"eval_loss": 1.0}}
+  assert experiments.eval_history(str(tmp_path / "none")) == {}
+
+
 def test_seed_options_and_aggregation():
   assert experiments.run_seeds(experiments.Options()) == [None]
   assert experiments.run_seeds(experiments.Options(seed=4)) == [4]
@@ -398,6 +410,16 @@ def test_seed_options_and_aggregation():
   assert acc.cell_over_seeds(agg) == f"60.0 ± {100 * np.std([0.5, 0.7], ddof=1):.1f}"
   paper_column = experiments.Column("paper", experiments.paper("acc"))
   assert paper_column.cell_over_seeds(agg) == "40.0"
+  # metric_at: a metric of the evaluation at one step, mean ± std over the seeds that have it.
+  records[0]["evals"] = {"500": {"eval_nll": 0.02}, "1000": {"eval_nll": 0.001}}
+  records[1]["evals"] = {"500": {"eval_nll": 0.04}}
+  agg = experiments.aggregate_records(records)
+  assert agg["evals"] == {"500": {"eval_nll": pytest.approx(0.03)}}
+  at_500 = experiments.Column("nll", experiments.metric_at("eval_nll", 500), ".3f")
+  assert at_500.cell_over_seeds(agg) == f"0.030 ± {np.std([0.02, 0.04], ddof=1):.3f}"
+  at_1000 = experiments.Column("nll", experiments.metric_at("eval_nll", 1000), ".3f")
+  assert at_1000.cell(records[0]) == "0.001" and at_1000.cell(agg) == "-"
+  assert at_1000.cell_over_seeds(agg) == "-"          # seed 1 has not reached step 1,000
   from launch import reproduce
   assert reproduce.parse_seeds(["0", "1", "2"]) == [0, 1, 2]
   assert reproduce.parse_seeds(None) is None
