@@ -20,7 +20,8 @@ Several seeds (``Options.seeds``, e.g. ``(0, 1, 2)``): every model is trained on
 seed, each seed in its own workdir ``<model>/seed<k>/`` (resumed and skipped like a single
 run), and the experiment reports per model the mean and the sample standard deviation over
 the seeds of every metric (:func:`aggregate_records`; the table shows ``mean ± std`` and
-``n``; the figures draw one curve per seed). One seed keeps the single-run layout.
+``n``; the figures draw one curve per seed). One seed keeps the single-run layout, and a
+seed that ran alone before stays there when seeds are added (:func:`seed_dir`).
 
 An experiment's folder ``<workdir>/<experiment>/`` holds
 
@@ -290,9 +291,18 @@ def multi_seed(options: Options) -> bool:
 
 def seed_dir(exp_dir: str, key: str, seed: Optional[int] = None) -> str:
   """The workdir of model ``key``: ``<exp_dir>/<key>``, or ``<exp_dir>/<key>/seed<seed>``
-  for one seed of several."""
+  for one seed of several. A seed that ran alone before (``<key>/result.json`` of that
+  seed, no ``<key>/seed<seed>/``) keeps its single-run folder: adding seeds to a one-seed
+  run trains only the new ones."""
   model_dir = os.path.join(exp_dir, key)
-  return model_dir if seed is None else os.path.join(model_dir, f"seed{seed}")
+  if seed is None:
+    return model_dir
+  path = os.path.join(model_dir, f"seed{seed}")
+  if not os.path.isdir(path):
+    single = utils.read_json(os.path.join(model_dir, RESULT_FILE)) or {}
+    if (single.get("config") or {}).get("seed") == seed:
+      return model_dir
+  return path
 
 
 def parse_overrides(items: Sequence[str]) -> dict:

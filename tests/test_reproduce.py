@@ -359,6 +359,18 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
     table = f.read()
   assert "| model | params | steps | wall (min) | params (paper) |" in table
   assert "±" not in table
+  # Adding seeds later trains only the new ones: seed 5 stays in the single-run folder.
+  single = os.path.join(root, "recall_T30", "gru")
+  before = _lines(os.path.join(single, "metrics.jsonl"))
+  options = dataclasses.replace(options, seeds=[5, 6])
+  summary = experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
+  r = summary["models"]["gru"]
+  assert r["n"] == 2 and sorted(r["runs"]) == ["5", "6"]
+  assert _lines(os.path.join(single, "metrics.jsonl")) == before
+  assert experiments.seed_dir(os.path.join(root, "recall_T30"), "gru", 5) == single
+  assert r["runs"]["6"]["config"]["seed"] == 6
+  assert os.path.exists(os.path.join(single, "seed6", "result.json"))
+  assert not os.path.exists(os.path.join(single, "seed5"))
 
 
 def test_eval_history_reads_the_periodic_evaluations(tmp_path):
