@@ -300,7 +300,7 @@ def seed_dir(exp_dir: str, key: str, seed: Optional[int] = None) -> str:
   path = os.path.join(model_dir, f"seed{seed}")
   if not os.path.isdir(path):
     single = utils.read_json(os.path.join(model_dir, RESULT_FILE)) or {}
-    if (single.get("config") or {}).get("seed") == seed:
+    if str((single.get("config") or {}).get("seed")) == str(seed):   # seed: int or run key
       return model_dir
   return path
 

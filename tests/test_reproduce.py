@@ -368,6 +368,8 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
   assert r["n"] == 2 and sorted(r["runs"]) == ["5", "6"]
   assert _lines(os.path.join(single, "metrics.jsonl")) == before
   assert experiments.seed_dir(os.path.join(root, "recall_T30"), "gru", 5) == single
+  curves = experiments.metric_curves(os.path.join(root, "recall_T30"), summary, ("train_loss",))
+  assert [len(c["train_loss"][0]) for c in curves.values()] == [1, 1]   # both seeds' logs
   assert r["runs"]["6"]["config"]["seed"] == 6
   assert os.path.exists(os.path.join(single, "seed6", "result.json"))
   assert not os.path.exists(os.path.join(single, "seed5"))
