@@ -1,8 +1,11 @@
 """Shared test set-up: float64 is enabled per test where needed via ``jax.experimental``.
 
-One persistent JAX compilation cache per test session (a temporary folder, removed at the
-end), shared by the xdist workers and the subprocesses of the launch tests through the
-environment: many tests train the same tiny models, which then compile once per session.
+One temporary folder per test session, removed at the end and shared by the xdist workers
+and the subprocesses of the launch tests through the environment (``TMPDIR``): it holds
+the persistent JAX compilation cache (many tests train the same tiny models, which then
+compile once per session) and whatever libraries leave behind in the temporary directory
+(TFDS makes an empty ``tmp*tfds`` folder for every builder of unprepared data and never
+removes it). pytest's ``tmp_path`` folders stay in the system's temporary directory.
 A ``JAX_COMPILATION_CACHE_DIR`` already set is used as it is (and kept).
 
 Property tests (hypothesis) never depend on chance: the default profile ``ci`` is
@@ -24,11 +27,16 @@ import tempfile
 import hypothesis
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:   # the first process of the session
-  _cache = tempfile.mkdtemp(prefix="rumjax-tests-jax-cache-")
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-  atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+if "RUMJAX_TESTS_TMP" not in os.environ:   # the first process of the session
+  # pytest's own tmp_path folders stay where they were (kept for inspection, rotated).
+  os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+  _tmp = tempfile.mkdtemp(prefix="rumjax-tests-")
+  atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
+  os.environ["RUMJAX_TESTS_TMP"] = os.environ["TMPDIR"] = _tmp
+  if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(_tmp, "jax-cache")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+tempfile.tempdir = None   # re-read TMPDIR: libraries' stray temporary folders land in _tmp
 
 hypothesis.settings.register_profile(
     "ci", derandomize=True, database=None, max_examples=10, deadline=None, print_blob=True)
