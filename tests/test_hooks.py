@@ -3,6 +3,7 @@ checkpoint kept (and resumed), evaluation of a checkpoint, and one compilation p
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -75,6 +76,26 @@ def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
   assert resumed["best_step"] == 2
   with pytest.raises(ValueError, match="mode"):
     hooks.EarlyStopping("eval_loss", mode="up")
+
+
+def test_early_stopping_counts_an_evaluation_replayed_after_a_kill_once(tmp_path):
+  # A kill -9 after the evaluation at step 6 and before the next checkpoint (step 8): the
+  # record has counted step 6, the resumed run restores step 4 and evaluates step 6 again.
+  def run(workdir):
+    return training.train_and_evaluate(
+        _config(num_steps=8, eval_every=2, checkpoint_every=4, keep_checkpoints=3),
+        workdir, toy_task.TASK,
+        hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=10)])
+
+  whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
+  run(whole)
+  run(killed)
+  shutil.rmtree(os.path.join(killed, "checkpoints", "8"))   # what the kill left unsaved
+  resumed = run(killed)
+  assert resumed["step"] == 8 and resumed["best_step"] == 2
+  record = lambda d: json.load(open(os.path.join(d, "early_stopping.json")))
+  assert record(killed) == record(whole)
+  assert record(whole)["bad_evals"] == 2   # steps 4 and 6; step 8 is the final evaluation
 
 
 def test_early_stopping_counts_the_final_evaluation(tmp_path):

@@ -151,7 +151,10 @@ class EarlyStopping:
   the test accuracy measured at the best dev accuracy); otherwise a counter grows, and
   the run stops when it reaches ``patience``. The record is kept in
   ``<workdir>/early_stopping.json``, so a resumed run continues it (and a run that had
-  stopped stops again at once). The loop's final evaluation (after the last step, a budget
+  stopped stops again at once). Each evaluation step counts once: a run killed after an
+  evaluation but before the next checkpoint resumes from an earlier step and evaluates
+  that step again (with the same result: resume is exact), and the record already has it.
+  The loop's final evaluation (after the last step, a budget
   stop or early stopping) counts as well: if it is strictly better, ``end`` saves the final
   state as the best. ``end`` adds ``best_step``, ``best_<metric>`` and ``best_metrics`` to
   the loop's summary.
@@ -172,7 +175,7 @@ class EarlyStopping:
       raise ValueError(f"EarlyStopping(patience={patience}) must be >= 1.")
     self.metric, self.mode, self.patience, self.min_delta = metric, mode, patience, min_delta
     self.record = {"best_step": None, "best_value": None, "best_metrics": {},
-                   "bad_evals": 0, "stopped": False}
+                   "bad_evals": 0, "stopped": False, "last_step": None}
 
   def _path(self, ctx: LoopContext) -> str:
     return os.path.join(ctx.workdir, self.FILE)
@@ -196,7 +199,13 @@ class EarlyStopping:
   def after_eval(self, step: int, state, metrics: dict, ctx: LoopContext) -> None:
     if self.metric not in metrics:
       return
+    last = self.record.get("last_step")
+    if last is not None and step <= last:
+      logging.info("early stopping: step %d was counted before the resume (up to step %d)",
+                   step, last)
+      return
     value = float(metrics[self.metric])
+    self.record["last_step"] = step
     if self._better(value):
       ctx.save(self.best_dir(ctx.workdir), step, state)
       self.record.update(best_step=step, best_value=value, bad_evals=0,
