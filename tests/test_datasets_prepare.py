@@ -26,12 +26,13 @@ def test_the_second_run_waits_for_the_first_and_uses_its_data():
   builders = []
 
   def make():
-    builders.append(_Builder(log, prepared_after=2))
+    builders.append(_Builder(log, prepared_after=3))
     return builders[-1]
 
   got = prepare.prepare(make, "/data/ptb", wait_seconds=30)
   assert got is builders[-1] and log[0] == ("prepare", "/data/ptb")
-  assert log.count("check") == 2
+  assert log.count("check") == 3
+  assert len(builders) == 2   # the one that failed, then one built on the prepared data
 
 
 def test_it_gives_up_after_the_wait():

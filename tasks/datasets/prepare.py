@@ -285,15 +285,15 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
   try:
     builder.download_and_prepare(download_config=config)
   except FileExistsError:
+    # Poll the folder on disk, then build once: a TFDS builder of unprepared data leaves
+    # an empty temporary folder behind (DatasetInfo.initialize_from_bucket), one per poll.
     deadline = time.monotonic() + wait_seconds
-    while True:
-      with _quiet_custom_config():
-        builder = make_builder()
-      if builder.is_prepared():
-        break
+    while not builder.is_prepared():
       if time.monotonic() >= deadline:
         raise
       time.sleep(1.0)
+    with _quiet_custom_config():
+      builder = make_builder()   # its DatasetInfo read from the prepared folder
   if record is not None:
     _write_record(builder, record)
   return builder
