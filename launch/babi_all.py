@@ -93,6 +93,15 @@ def settings_from_flags(values, cell=None) -> babi_configs.Settings:
       values.fallback_version, sets=experiments.parse_overrides(values.set))
 
 
+def parse_tasks(values) -> list[int]:
+  """``--tasks`` as sorted sub-task numbers (their range is checked with the settings)."""
+  try:
+    return sorted({int(t) for t in values})
+  except ValueError:
+    raise ValueError(f"--tasks={','.join(values)} must be sub-task numbers, e.g. "
+                     "--tasks=1,3 (1..20).") from None
+
+
 def compare(paths, out_path) -> None:
   print(babi_configs.write_comparison(paths, out_path))
   print(f"comparison: {out_path}")
@@ -124,7 +133,7 @@ def main(argv):
       return compare(FLAGS.compare, out)
     if not FLAGS.workdir:
       raise ValueError("--workdir is required (unless --compare).")
-    task_ids = sorted({int(t) for t in FLAGS.tasks})
+    task_ids = parse_tasks(FLAGS.tasks)
     if FLAGS.cells:
       return run_cells(FLAGS, task_ids)
     settings = settings_from_flags(FLAGS)

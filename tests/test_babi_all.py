@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from rumjax import training, utils
+from launch import babi_all
 from tasks import babi
 from tasks.experiments import babi as babi_configs
 from tests.test_task_babi import _write_fixture
@@ -125,6 +126,12 @@ def test_command_line_error(tmp_path):
       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
       text=True, timeout=300)
   assert proc.returncode != 0 and "sub-tasks [0] are not in 1..20" in proc.stderr
+
+
+def test_tasks_flag_must_be_numbers():
+  assert babi_all.parse_tasks(["3", "1", "3"]) == [1, 3]
+  with pytest.raises(ValueError, match=r"--tasks=1,x must be sub-task numbers, e.g."):
+    babi_all.parse_tasks(["1", "x"])
 
 
 # ---------------------------------------------------------- fallback to the 1k version
