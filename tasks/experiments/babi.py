@@ -201,6 +201,10 @@ def check_settings(task_ids: Sequence[int], settings: Settings) -> None:
     raise ValueError(f"patience={settings.patience} must be >= 1.")
   if settings.budget_minutes is not None and not settings.budget_minutes > 0:
     raise ValueError(f"budget_minutes={settings.budget_minutes} must be > 0 (or unset).")
+  for name in ("max_steps", "eval_every"):
+    value = getattr(settings, name)
+    if value is not None and value < 1:
+      raise ValueError(f"{name}={value} must be >= 1 (or unset for the default).")
   versions = (None, *babi_task.DATA_VERSIONS)
   if settings.fallback_version not in versions:
     raise ValueError(f"fallback_version={settings.fallback_version!r} must be one of "
