@@ -148,10 +148,8 @@ def _main(stop):
     return
   try:
     hooks = []
+    training.check_budget_minutes(FLAGS.budget_minutes)
     if FLAGS.budget_minutes is not None:
-      if not FLAGS.budget_minutes > 0:
-        raise ValueError(f"--budget_minutes={FLAGS.budget_minutes:g} must be > 0 (leave it "
-                         "out for no time limit).")
       hooks.append(training.TimeBudget(60.0 * FLAGS.budget_minutes))
     summary = training.train_and_evaluate(config, FLAGS.workdir, task, hooks=hooks,
                                           stop=stop)

@@ -265,8 +265,7 @@ def check_options(options: Options) -> None:
     value = getattr(options, name)
     if value is not None and value < low:
       raise ValueError(f"{name}={value} must be >= {low}.")
-  if options.budget_minutes is not None and not options.budget_minutes > 0:
-    raise ValueError(f"budget_minutes={options.budget_minutes} must be > 0 (or unset).")
+  training.check_budget_minutes(options.budget_minutes)
   if options.seeds is not None:
     seeds = list(options.seeds)
     if options.seed is not None:

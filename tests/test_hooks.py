@@ -48,6 +48,17 @@ def test_time_budget_stops_saves_and_evaluates(tmp_path):
     hooks.TimeBudget(0)
 
 
+@pytest.mark.parametrize("minutes", [0, -1.5, float("nan")])
+def test_check_budget_minutes_refuses_what_is_not_a_time(minutes):
+  with pytest.raises(ValueError, match=r"budget_minutes=.* must be > 0 \(leave it out"):
+    hooks.check_budget_minutes(minutes)
+
+
+@pytest.mark.parametrize("minutes", [None, 1e-5, 30])
+def test_check_budget_minutes_accepts_none_and_positive(minutes):
+  assert hooks.check_budget_minutes(minutes) is None
+
+
 def test_early_stopping_keeps_the_best_and_resumes(tmp_path):
   # The toy loss falls at every evaluation: "max" of eval_loss never improves after the
   # first evaluation, so the run stops after `patience` more evaluations.

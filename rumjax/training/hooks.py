@@ -116,6 +116,15 @@ class Periodic:
       self._last = step
 
 
+def check_budget_minutes(minutes: Optional[float]) -> None:
+  """``ValueError`` unless ``minutes`` is ``None`` (no time limit) or > 0: the one check
+  of a user's ``budget_minutes`` (``launch.train``, the experiment runners), made before
+  anything is written."""
+  if minutes is not None and not minutes > 0:
+    raise ValueError(f"budget_minutes={minutes:g} must be > 0 (leave it out for no time "
+                     "limit).")
+
+
 class TimeBudget:
   """Stops the run once ``seconds`` of wall-clock time have passed in this invocation
   (counted from ``begin``, so a resumed run gets a new budget; compilation counts).

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 
-from rumjax import configs, experiments, utils
+from rumjax import configs, experiments, training, utils
 from tasks import babi as babi_task
 from tasks.configs import babi as babi_config
 
@@ -199,8 +199,7 @@ def check_settings(task_ids: Sequence[int], settings: Settings) -> None:
     raise ValueError(f"sub-tasks {bad} are not in 1..{babi_task.NUM_TASKS}.")
   if settings.patience < 1:
     raise ValueError(f"patience={settings.patience} must be >= 1.")
-  if settings.budget_minutes is not None and not settings.budget_minutes > 0:
-    raise ValueError(f"budget_minutes={settings.budget_minutes} must be > 0 (or unset).")
+  training.check_budget_minutes(settings.budget_minutes)
   for name in ("max_steps", "eval_every"):
     value = getattr(settings, name)
     if value is not None and value < 1:
