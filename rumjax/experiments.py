@@ -814,8 +814,7 @@ def finish_experiment(exp: Experiment, exp_dir: str,
   os.makedirs(exp_dir, exist_ok=True)
   summary = experiment_summary(exp, exp_dir, seeds)
   utils.write_json(os.path.join(exp_dir, "results.json"), summary)
-  with open(os.path.join(exp_dir, "results.md"), "w") as f:
-    f.write(results_markdown(exp, summary))
+  utils.write_text(os.path.join(exp_dir, "results.md"), results_markdown(exp, summary))
   if exp.plot is not None and summary["models"]:
     try:
       exp.plot(summary, exp_dir)

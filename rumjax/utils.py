@@ -4,28 +4,41 @@ orbax's chatter."""
 
 import json
 import os
+import tempfile
 from typing import Any
 
 import jax
 
 
+def write_text(path: str, text: str) -> None:
+  """Writes ``text`` (UTF-8) to ``path`` atomically: a temporary file of a name unique to
+  this writer in the same folder, then a rename. A crash never leaves half a file, and two
+  processes writing the same file (e.g. two ``launch.reproduce --models=...`` in one
+  workdir) leave one whole version, never a mix."""
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                             prefix=os.path.basename(path) + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+      f.write(text)
+    os.chmod(tmp, 0o644)   # mkstemp's 0o600 would hide results from other users
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
 def write_json(path: str, obj: Any) -> None:
-  """Writes ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename), so a
-  crash never leaves half a file; NumPy/JAX scalars are written as floats."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1, default=float)
-  os.replace(tmp, path)
+  """Writes ``obj`` as JSON to ``path`` atomically (:func:`write_text`); NumPy/JAX scalars
+  are written as floats."""
+  write_text(path, json.dumps(obj, indent=1, default=float))
 
 
 def write_jsonl(path: str, rows) -> None:
-  """Writes ``rows`` (dicts) as JSON lines to ``path`` atomically; non-ASCII text is kept
-  as is (UTF-8), e.g. Chinese label descriptions."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    for row in rows:
-      f.write(json.dumps(row, ensure_ascii=False, default=float) + "\n")
-  os.replace(tmp, path)
+  """Writes ``rows`` (dicts) as JSON lines to ``path`` atomically (:func:`write_text`);
+  non-ASCII text is kept as is (UTF-8), e.g. Chinese label descriptions."""
+  write_text(path, "".join(json.dumps(row, ensure_ascii=False, default=float) + "\n"
+                           for row in rows))
 
 
 def read_json(path: str, default: Any = None) -> Any:

@@ -16,6 +16,8 @@ import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
+from rumjax import utils
+
 
 class MetricWriter:
   """Writes scalar records to TensorBoard and ``metrics.jsonl``."""
@@ -60,11 +62,8 @@ def drop_after(path: str, step: int, discarded: str) -> int:
     return 0
   with open(discarded, "a") as f:
     f.writelines(line if line.endswith("\n") else line + "\n" for line in late)
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    f.writelines(line if line.endswith("\n") else line + "\n"
-                 for line in lines if _step(line) <= step)
-  os.replace(tmp, path)
+  utils.write_text(path, "".join(line if line.endswith("\n") else line + "\n"
+                                 for line in lines if _step(line) <= step))
   return len(late)
 
 

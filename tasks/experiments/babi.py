@@ -486,6 +486,5 @@ def write_comparison(paths: Sequence[str], out_path: str) -> str:
   written to ``out_path``; returns the Markdown."""
   text = comparison_markdown([read_results(p) for p in paths])
   os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-  with open(out_path, "w") as f:
-    f.write(text)
+  utils.write_text(out_path, text)
   return text

@@ -1,0 +1,54 @@
+"""Files written atomically (rumjax.utils.write_text / write_json / write_jsonl): a failed
+write keeps the old file, nothing is left behind, and two writers of one file (two
+``launch.reproduce --models=...`` in one experiment folder) leave one whole version."""
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from rumjax import utils
+
+
+def _write_many(path, marker, times):
+  for _ in range(times):
+    utils.write_json(path, {"writer": marker, "payload": [marker] * 20_000})
+
+
+def test_two_processes_writing_one_file_leave_one_whole_version(tmp_path):
+  path = str(tmp_path / "results.json")
+  ctx = multiprocessing.get_context("spawn")
+  procs = [ctx.Process(target=_write_many, args=(path, m, 40)) for m in ("a", "b")]
+  for p in procs:
+    p.start()
+  seen = set()
+  while any(p.is_alive() for p in procs):
+    if os.path.exists(path):
+      record = utils.read_json(path)     # never half a file, never a mix of the two
+      assert record["payload"] == [record["writer"]] * 20_000
+      seen.add(record["writer"])
+  for p in procs:
+    p.join()
+    assert p.exitcode == 0
+  final = utils.read_json(path)
+  assert final["payload"] == [final["writer"]] * 20_000
+  assert os.listdir(tmp_path) == ["results.json"]   # no temporary file left
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
+  path = str(tmp_path / "results.json")
+  utils.write_json(path, {"ok": 1})
+  with pytest.raises(TypeError):
+    utils.write_json(path, {"bad": object()})      # not JSON: fails before the rename
+  assert utils.read_json(path) == {"ok": 1}
+  assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_jsonl_and_text_round_trip_utf8(tmp_path):
+  rows = [{"label": "科技", "i": 0}, {"label": "体育", "i": 1}]
+  utils.write_jsonl(str(tmp_path / "a.jsonl"), rows)
+  assert utils.read_jsonl(str(tmp_path / "a.jsonl")) == rows
+  utils.write_text(str(tmp_path / "b.md"), "| a |\n")
+  assert (tmp_path / "b.md").read_text(encoding="utf-8") == "| a |\n"
+  assert oct(os.stat(tmp_path / "b.md").st_mode & 0o777) == oct(0o644)
