@@ -30,7 +30,11 @@ batches, the final test on the whole test set), for RUM the
 mini-batch mean of ``cos(theta_t)`` per step on a fixed test batch appended to
 ``cos_theta.jsonl`` at the same cadence (Figure 5b,c), and a stop at ``--budget_minutes``
 of wall-clock time. Re-running with the same workdir resumes every model where it stopped
-(and skips the finished ones). ``--seeds=0,1,2`` trains every model once per seed, in
+(and skips the finished ones). The models run one after the other; to use more cores
+or machines, start one process per model with the same ``--workdir`` (``--models=lstm``
+on one, ``--models=lstmn`` on another): each model's folder is locked by its run, the
+shared results files are replaced whole, and a last run of the full command (which skips
+the finished models) writes them with every model. ``--seeds=0,1,2`` trains every model once per seed, in
 ``<workdir>/<experiment>/<model>/seed<k>/``, and reports the mean ± sample standard
 deviation over the seeds (with ``n``) in ``results.json`` / ``results.md``; the figure draws
 one curve per seed. One seed (``--seeds=3``, the same as ``--seed=3``) keeps the single-run
