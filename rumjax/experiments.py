@@ -90,12 +90,15 @@ class Column:
 
   def cell_over_seeds(self, record: dict) -> str:
     """The cell of an :func:`aggregate_records` record: ``mean ± std`` of the column's
-    value in each seed's record when they are all numbers (the paper's numbers, the same
-    for every seed, show once); else :meth:`cell` of the aggregate."""
+    value in each seed's record when they are all numbers (the value itself while one
+    seed has run; the paper's numbers, the same for every seed, show once); else
+    :meth:`cell` of the aggregate."""
     runs = record.get("runs")
     if runs and not getattr(self.value, "per_model", False):
       values = [self.value(dict(r, paper=record.get("paper"))) for r in runs.values()]
-      if len(values) > 1 and all(_is_number(v) for v in values):
+      if all(_is_number(v) for v in values):
+        if len(values) == 1:
+          return format(values[0], self.fmt)
         mean, std = mean_std(values)
         return f"{format(mean, self.fmt)} ± {format(std, self.fmt)}"
     return self.cell(record)

@@ -434,6 +434,13 @@ def test_seed_options_and_aggregation():
   at_1000 = experiments.Column("nll", experiments.metric_at("eval_nll", 1000), ".3f")
   assert at_1000.cell(records[0]) == "0.001" and at_1000.cell(agg) == "-"
   assert at_1000.cell_over_seeds(agg) == "-"          # seed 1 has not reached step 1,000
+  # One seed run so far: a column read from the seed's own record (here its pretraining,
+  # which the aggregate does not carry) shows that seed's value, not "-".
+  records[0]["pretrain"] = {"metrics": {"eval_masked_accuracy": 0.122}}
+  one = experiments.aggregate_records(records[:1])
+  masked = experiments.Column("masked", experiments.metric("eval_masked_accuracy", 100.0,
+                                                           phase="pretrain"))
+  assert masked.cell(one) == "-" and masked.cell_over_seeds(one) == "12.2"
   from launch import reproduce
   assert reproduce.parse_seeds(["0", "1", "2"]) == [0, 1, 2]
   assert reproduce.parse_seeds(None) is None
