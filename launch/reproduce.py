@@ -38,8 +38,9 @@ the finished models) writes them with every model. ``--seeds=0,1,2`` trains ever
 once per seed, in ``<workdir>/<experiment>/<model>/seed<k>/``, and reports the mean ±
 sample standard deviation over the seeds (with ``n``) in ``results.json`` /
 ``results.md``; the figure draws one curve per seed. One seed (``--seeds=3``, the same as
-``--seed=3``) keeps the single-run layout. With early stopping in the models' configs (SST) the final-only evaluators also
-run on the best checkpoint (``at_best_metrics``: test at best dev).
+``--seed=3``) keeps the single-run layout. With early stopping in the models' configs
+(SST) the final-only evaluators also run on the best checkpoint (``at_best_metrics``: test
+at best dev).
 
 Outputs under ``<workdir>/<experiment>/``: ``results.json`` and ``results.md`` (per model
 the config, parameter count, steps, wall and CPU time, final metrics, status, the paper's
