@@ -116,6 +116,18 @@ def test_save_load_round_trip(tmp_path):
   assert open(path, encoding="utf-8").read() == "<pad>\na\n"
   loaded = Vocabulary.load(path, pad=None)
   assert loaded.pad_id is None and loaded.tokens == ("<pad>", "a")
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]   # no temporary left
+
+
+def test_a_failed_save_keeps_the_old_file(tmp_path):
+  path = str(tmp_path / "vocab.txt")
+  Vocabulary(("<pad>", "a")).save(path)
+  bad = Vocabulary(("<pad>", "a"))
+  object.__setattr__(bad, "tokens", ("<pad>", object()))   # str + "\n" fails mid-write
+  with pytest.raises(TypeError):
+    bad.save(path)
+  assert open(path, encoding="utf-8").read() == "<pad>\na\n"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]
 
 
 @pytest.mark.parametrize("content, message", [

@@ -42,6 +42,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from rumjax import utils
+
 ROLES = ("pad", "unk", "bos", "eos")
 
 
@@ -131,11 +133,12 @@ class Vocabulary:
                eos=eos)
 
   def save(self, path: str) -> None:
-    """Writes the file format of the module docstring (with counts when known)."""
-    with open(os.path.expanduser(path), "w", encoding="utf-8", newline="\n") as f:
-      for i, token in enumerate(self.tokens):
-        f.write(token if self.counts is None else f"{token}\t{self.counts[i]}")
-        f.write("\n")
+    """Writes the file format of the module docstring (with counts when known),
+    atomically (:func:`rumjax.utils.write_text`: a crash or a second writer never leaves
+    half a vocabulary next to the prepared data)."""
+    lines = (token if self.counts is None else f"{token}\t{self.counts[i]}"
+             for i, token in enumerate(self.tokens))
+    utils.write_text(os.path.expanduser(path), "".join(line + "\n" for line in lines))
 
   @classmethod
   def load(cls, path: str, *, pad: Optional[str] = "<pad>", unk: Optional[str] = "<unk>",
