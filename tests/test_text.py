@@ -123,7 +123,8 @@ def test_a_failed_save_keeps_the_old_file(tmp_path):
   path = str(tmp_path / "vocab.txt")
   Vocabulary(("<pad>", "a")).save(path)
   bad = Vocabulary(("<pad>", "a"))
-  object.__setattr__(bad, "tokens", ("<pad>", object()))   # not a str: the save fails partway (the old code had truncated the file by then)
+  # Not a str: the save fails partway (the old code had truncated the file by then).
+  object.__setattr__(bad, "tokens", ("<pad>", object()))
   with pytest.raises(TypeError):
     bad.save(path)
   assert open(path, encoding="utf-8").read() == "<pad>\na\n"
