@@ -1,4 +1,4 @@
-"""The precision policy's two rules, in one place for the core, cells and models.
+"""The precision policy's rules, in one place for the core, cells and models.
 
 * What must not be rounded to bfloat16 (a rotation path and the memory it carries, the
   state of a unitary cell, attention scores and their softmax, logits and losses) is
@@ -6,17 +6,50 @@
   float64 stays float64.
 * Every dot product on a rotation or unitary path runs at :data:`HIGHEST` (a TPU runs an
   f32 dot at the default precision as one bfloat16 pass, a recent GPU as TF32).
+* Every other matmul (the gates, the projections) runs at the model's matmul precision,
+  Flax's ``precision=`` argument, named in a config by :data:`PRECISIONS`:
+
+  ==========  ======================  =====================  ========================
+  name        CPU                     NVIDIA Ampere and on   TPU
+  ==========  ======================  =====================  ========================
+  "default"   float32                 TF32 (10-bit mantissa) one bfloat16 pass
+  "high"      float32                 TF32 (XLA: bf16_3x)    three bfloat16 passes
+  "highest"   float32                 float32                float32 (six passes)
+  ==========  ======================  =====================  ========================
+
+  (``"default"`` is ``None``: the backend decides, as in Flax.)
 """
 
-from typing import Any
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
+PRECISIONS: dict[str, Optional[jax.lax.Precision]] = {
+    "default": None,
+    "high": jax.lax.Precision.HIGH,
+    "highest": jax.lax.Precision.HIGHEST,
+}
+
 
 def at_least_float32(*dtypes_or_arrays: Any) -> jnp.dtype:
   """The float dtype of the arguments (arrays, dtypes or names), promoted to float32 or
   wider; integer and no arguments give float32."""
   return jnp.promote_types(jnp.result_type(*dtypes_or_arrays, float), jnp.float32)
+
+
+def resolve_precision(
+    precision: Union[None, str, jax.lax.Precision]) -> Optional[jax.lax.Precision]:
+  """A matmul precision from its name (:data:`PRECISIONS`), a ``lax.Precision`` or None.
+
+  None and ``"default"`` give None (the backend's default, Flax's convention).
+  """
+  if precision is None or isinstance(precision, jax.lax.Precision):
+    return precision
+  if isinstance(precision, str) and precision.lower() in PRECISIONS:
+    return PRECISIONS[precision.lower()]
+  raise ValueError(
+      f"precision={precision!r} is unknown; accepted values are {list(PRECISIONS)} "
+      "(or a jax.lax.Precision, or None for the backend's default).")
