@@ -53,7 +53,7 @@ import numpy as np
 
 from rumjax.core import initializers, rum_fast
 from rumjax.core.power import rotation_power
-from rumjax.core.precision import HIGHEST, at_least_float32
+from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
 from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
 
 Array = jax.Array
@@ -232,7 +232,7 @@ def update_memory(r_prev: Array, plane: RotationPlane, h: Array) -> tuple[Array,
 def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[float],
              activation: Callable[[Array], Array], update_gate: bool,
              norm_tau: Callable = _identity, norm_u: Callable = _identity,
-             norm_h: Callable = _identity):
+             norm_h: Callable = _identity, precision=None):
   """One step of Algorithm 1 given the projected input ``x_proj = x @ kernel_x + bias``.
 
   Args:
@@ -244,6 +244,8 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
       a Python number or a scalar array (a learned ``lam``: the real power).
     norm_tau, norm_u, norm_h: optional normalisations (layer norm) of the ``tau`` and
       ``u`` pre-activations and of the pre-activation ``e + R h`` of ``h~``.
+    precision: of the gate matmul ``h @ kernel_h`` (None: the backend's default; a name
+      of :data:`rumjax.core.precision.PRECISIONS`); the rotation path is at HIGHEST.
 
   Returns:
     ``(new_carry, (h_t, plane))``: ``h_t`` in the dtype of ``h`` and ``x_proj``, ``R_t``
@@ -252,7 +254,7 @@ def rum_step(carry, x_proj: Array, kernel_h: Array, *, lam: int, eta: Optional[f
   memory = has_memory(lam)
   r_prev, h = carry if memory else (None, carry)
   nh = h.shape[-1]
-  h_proj = h @ kernel_h
+  h_proj = jnp.matmul(h, kernel_h, precision=resolve_precision(precision))
   tau = norm_tau(x_proj[..., :nh] + h_proj[..., :nh])
   e = x_proj[..., 2 * nh:]
   plane = rotation_plane(e, tau)
@@ -301,7 +303,7 @@ IMPLS = ("fast", "reference")
 
 
 def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
-               return_cos):
+               return_cos, precision):
   """:func:`rumjax.core.rum_fast.fast_scan` on ``xs`` of any batch shape and major-ness."""
   if not time_major:
     xs = jnp.moveaxis(xs, -2, 0)
@@ -311,7 +313,8 @@ def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
   carry = (flat(h0[0], -2), flat(h0[1], -1)) if lam else flat(h0, -1)
   final, hs, *cos = rum_fast.fast_scan(
       params, jnp.reshape(xs, (t, nb, xs.shape[-1])), carry, lam=lam, eta=eta,
-      activation=f, update_gate=update_gate, unroll=unroll, return_cos=return_cos)
+      activation=f, update_gate=update_gate, unroll=unroll, return_cos=return_cos,
+      precision=precision)
   unflat = lambda v, k: jnp.reshape(v, batch_shape + v.shape[k:])
   final = (unflat(final[0], -2), unflat(final[1], -1)) if lam else unflat(final, -1)
   hs = jnp.reshape(hs, (t,) + batch_shape + (nh,))
@@ -353,21 +356,23 @@ def default_segment(t: int) -> int:
 
 @functools.partial(
     jax.jit, static_argnames=("lam", "eta", "activation", "update_gate", "time_major",
-                              "unroll", "return_cos", "impl"))
+                              "unroll", "return_cos", "impl", "precision"))
 def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, time_major,
-              unroll, return_cos, impl):
+              unroll, return_cos, impl, precision):
   """``lam`` is 0, 1 or ``"real"`` (static); a real ``lam``'s value is ``lam_value``, a
   traced scalar (so a learned ``lam`` and every fixed real one share one compilation)."""
   f = get_activation(activation)
   if impl == "fast" and lam in (0, 1):
     return _fast_scan(params, xs, h0, lam=lam, eta=eta, f=f, update_gate=update_gate,
-                      time_major=time_major, unroll=unroll, return_cos=return_cos)
-  x_proj = xs @ params["kernel_x"] + params["bias"]  # the whole sequence, one matmul
+                      time_major=time_major, unroll=unroll, return_cos=return_cos,
+                      precision=precision)
+  # The whole sequence, one matmul.
+  x_proj = jnp.matmul(xs, params["kernel_x"], precision=precision) + params["bias"]
   if not time_major:
     x_proj = jnp.moveaxis(x_proj, -2, 0)
   step = functools.partial(rum_step, kernel_h=params["kernel_h"],
                            lam=lam_value if lam == "real" else lam, eta=eta,
-                           activation=f, update_gate=update_gate)
+                           activation=f, update_gate=update_gate, precision=precision)
 
   def body(carry, xp):
     carry, (h, plane) = step(carry, xp)
@@ -388,7 +393,7 @@ def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, t
 def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = None,
              activation: Union[str, Callable] = "relu", update_gate: bool = True,
              h0: Any = None, time_major: bool = False, unroll: int = 1,
-             return_cos: bool = False, impl: str = "fast"):
+             return_cos: bool = False, impl: str = "fast", precision=None):
   """Runs the RUM recurrence (Algorithm 1, eqs. (1)-(2)) over a sequence with ``lax.scan``.
 
   The input projection of the whole sequence is one matmul outside the scan; inside it
@@ -428,6 +433,12 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
       every ``R_t`` (O(T B Nh^2)). (Rebuilding ``R_{t-1}`` backwards as ``lam = 1`` does,
       ``R_{t-1} = (R_t Rotation_t^T)^(1/lam)``, multiplies the rounding by about ``1/lam``
       per step: unusable for ``lam < 1``.)
+    precision: the matmul precision of the gate matmuls ``x @ kernel_x``,
+      ``h @ kernel_h`` and their gradients, Flax's ``precision=``: None or ``"default"``
+      (the backend's: float32 on a CPU, TF32 on an NVIDIA GPU, one bfloat16 pass on a
+      TPU), ``"high"``, ``"highest"`` (true float32) or a ``lax.Precision``
+      (:data:`rumjax.core.precision.PRECISIONS`). The rotation path (``R``, the plane,
+      ``R h``) is at HIGHEST whatever this says.
 
   Returns:
     ``(final_state, hs)``: ``final_state`` is ``h_T`` for ``lam=0`` and ``(R_T, h_T)``
@@ -469,4 +480,5 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
   lam_value = None if static != "real" else jnp.asarray(lam, at_least_float32(dtype))
   return _rum_scan(params, xs, carry, lam_value, lam=static, eta=eta, activation=activation,
                    update_gate=bool(update_gate), time_major=bool(time_major),
-                   unroll=unroll, return_cos=bool(return_cos), impl=impl)
+                   unroll=unroll, return_cos=bool(return_cos), impl=impl,
+                   precision=resolve_precision(precision))

@@ -26,9 +26,12 @@ the plane, ``R``, its cotangent ``Q = dL/dR``, the saved ``R_{t-1} [u, q, Rot h]
 ``promote_types(dtype, float32)`` and returned in the parameters' dtype.
 
 What the backward pass keeps. The forward scan saves per step only ``h_t``, the
-pre-activations ``[tau_t | u'_t]`` and for ``lam=1`` ``R_{t-1} [u_t, q_t, Rot_t h_{t-1}]``
-(``3 Nh`` or ``6 Nh`` numbers per example). The backward scan recomputes the O(Nh)
-quantities of the step and differentiates them with ``jax.vjp`` of
+pre-activations ``[tau_t | u'_t | e_t]`` and for ``lam=1`` ``R_{t-1} [u_t, q_t, Rot_t h_{t-1}]``
+(``4 Nh`` or ``7 Nh`` numbers per example). Every input of the rotation is saved, not
+recomputed: on a GPU a float32 matmul runs as TF32 by default and two matmuls of the same
+numbers (``x W_x`` and ``x W_x[:, 2Nh:]``) need not round alike, and the rebuild of
+``R_{t-1}`` below must use the very rotation of the forward pass (issue 44). The backward
+scan recomputes the O(Nh) quantities of the step and differentiates them with ``jax.vjp`` of
 ``(tau, e, h) -> (Rot h, plane)`` (:func:`_rotate`, O(B Nh) per step); only the head
 (gate, activation, time normalization) and the O(Nh^2) memory parts are written by hand.
 For ``lam=1`` the memory ``R_t`` is *not* saved: the backward scan starts from ``R_T``
@@ -50,7 +53,7 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from rumjax.core.precision import HIGHEST, at_least_float32
+from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
 from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
 
 Array = jax.Array
@@ -92,6 +95,12 @@ class _Cfg(NamedTuple):
   update_gate: bool
   unroll: int
   return_cos: bool
+  precision: Optional[jax.lax.Precision] = None   # of the gate matmuls and their gradients
+
+
+def _mm(cfg: _Cfg, a, b):
+  """A gate matmul (``x W_x``, ``h W_h`` and their transposes) at the policy's precision."""
+  return jnp.matmul(a, b, precision=cfg.precision)
 
 
 def _head(cfg: _Cfg, h, pre, e, rh):
@@ -104,7 +113,7 @@ def _head(cfg: _Cfg, h, pre, e, rh):
   ht = cfg.activation(z)
   hn, ug = ht, None
   if cfg.update_gate:
-    ug = jax.nn.sigmoid(pre[:, n:])
+    ug = jax.nn.sigmoid(pre[:, n:2 * n])
     hn = ht + ug * (h - ht)
   hp = hn
   inv = None
@@ -172,9 +181,9 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   n = kernel_h.shape[0]
   # The input projection stays inside the step: hoisted out of the scan it would write
   # and read back T B 3Nh numbers, slower for the small inputs of the synthetic tasks.
-  xp = x @ kernel_x + bias
-  pre = xp[:, :2 * n] + h @ kernel_h
+  xp = _mm(cfg, x, kernel_x) + bias
   e = xp[:, 2 * n:]
+  pre = jnp.concatenate([xp[:, :2 * n] + _mm(cfg, h, kernel_h), e], axis=-1)
   x, p = _rotate(pre[:, :n], e, h)
   y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
   hn, _ = _head(cfg, h, pre, e, y[:, 2] if cfg.lam else x)
@@ -255,10 +264,10 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
     dgate = jnp.zeros_like(dtau)
   dpre = jnp.concatenate([dtau, dgate], axis=-1)
   dz = w.astype(de.dtype)
-  return dh + dpre @ kernel_h.T, jnp.concatenate([dpre, de + dz], axis=-1), aux
+  return (dh + _mm(cfg, dpre, kernel_h.T), jnp.concatenate([dpre, de + dz], axis=-1), aux)
 
 
-def _accumulate(params, acc, h, x, dxp):
+def _accumulate(cfg: _Cfg, params, acc, h, x, dxp):
   """Adds one step's weight gradients to ``acc`` (at least float32); returns it and
   ``dL/dx_t``.
 
@@ -267,10 +276,11 @@ def _accumulate(params, acc, h, x, dxp):
   kernel_x, _, kernel_h = params
   dkx, db, dkh = acc
   n = kernel_h.shape[0]
-  mm = lambda a, b: jnp.matmul(a, b, preferred_element_type=dkx.dtype)
+  mm = lambda a, b: jnp.matmul(a, b, precision=cfg.precision,
+                               preferred_element_type=dkx.dtype)
   acc = (dkx + mm(x.T, dxp), db + jnp.sum(dxp.astype(db.dtype), axis=0),
          dkh + mm(h.T, dxp[:, :2 * n]))
-  return acc, dxp @ kernel_x.T
+  return acc, _mm(cfg, dxp, kernel_x.T)
 
 
 def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
@@ -281,9 +291,8 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
     dh_next, acc = carry
     t, pre, x, ghs, dcos = inp
     h = h_prev(t)
-    e = x @ kernel_x[:, 2 * n:] + bias[2 * n:]
-    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, e, dh_next + ghs, dcos)
-    acc, dx = _accumulate(params, acc, h, x, dxp)
+    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, pre[:, 2 * n:], dh_next + ghs, dcos)
+    acc, dx = _accumulate(cfg, params, acc, h, x, dxp)
     return (dh, acc), dx
 
   (dh0, acc), dxs = jax.lax.scan(step, (dh_final, acc), inp, reverse=True,
@@ -302,7 +311,7 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
     r, q, dh_next, acc = carry
     t, pre, x_in, ghs, dcos, y = inp
     h = h_prev(t)
-    e = x_in @ kernel_x[:, 2 * n:] + bias[2 * n:]
+    e = pre[:, 2 * n:]
     ru, rq = y[:, 0], y[:, 1]                       # R_{t-1} u, R_{t-1} q
 
     def memory(w, x, p):
@@ -324,7 +333,7 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
 
     dh, dxp, (r_prev, q_prev) = _cell_bwd(cfg, kernel_h, h, pre, e, dh_next + ghs, dcos,
                                           y, memory)
-    acc, dx = _accumulate(params, acc, h, x_in, dxp)
+    acc, dx = _accumulate(cfg, params, acc, h, x_in, dxp)
     return (r_prev, q_prev, dh, acc), dx
 
   dr_final, dh_final = ct_final
@@ -363,7 +372,7 @@ _core.defvjp(_fwd, _bwd)
 
 def fast_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
               activation: Callable, update_gate: bool, unroll: int = 1,
-              return_cos: bool = False):
+              return_cos: bool = False, precision=None):
   """The RUM recurrence over a time-major input, with the fast backward pass.
 
   Args:
@@ -374,12 +383,17 @@ def fast_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
       ``promote_types(dtype, float32)``.
     lam, eta, activation, update_gate, unroll, return_cos: as in ``rum_scan``
       (validated; ``activation`` a callable, applied elementwise).
+    precision: the matmul precision of the gate matmuls (``x W_x``, ``h W_h``) and of
+      their gradients: None (the backend's default), a name of
+      :data:`rumjax.core.precision.PRECISIONS` or a ``lax.Precision``. The rotation path
+      is at HIGHEST whatever this says.
 
   Returns:
     ``(final_state, hs)`` or ``(final_state, hs, cos)`` with ``hs`` <float>[T, B, Nh]
     (the dtype of ``xs``) and ``cos`` <float>[T, B] (at least float32).
   """
-  cfg = _Cfg(lam, eta, activation, bool(update_gate), unroll, bool(return_cos))
+  cfg = _Cfg(lam, eta, activation, bool(update_gate), unroll, bool(return_cos),
+             resolve_precision(precision))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   return _core(cfg, p, xs, carry0)
 
@@ -398,10 +412,9 @@ def reconstruct_initial_memory(params, xs, carry0, *, eta: Optional[float] = Non
   n = p[2].shape[0]
 
   def undo(r, inp):
-    pre_t, x_t, y_t = inp
-    e = x_t @ p[0][:, 2 * n:] + p[1][2 * n:]
-    pl = rotation_plane(e, pre_t[:, :n])
+    pre_t, y_t = inp
+    pl = rotation_plane(pre_t[:, 2 * n:], pre_t[:, :n])
     return _rank_update(r, [-y_t[:, 0], -y_t[:, 1]], list(_m_rows(pl))), None
 
-  r0, _ = jax.lax.scan(undo, r_final, (pre, xs, ys), reverse=True)
+  r0, _ = jax.lax.scan(undo, r_final, (pre, ys), reverse=True)
   return r0
