@@ -214,6 +214,41 @@ def test_the_machine_path_pattern():
     assert not MACHINE_PATH.search(fine), fine
 
 
+# ------------------------------------------------------------------------- figures
+
+FIGURE_NAME = re.compile(r"docs/figures/[\w.-]*\w")
+IMAGE_LINK = re.compile(r"!\[[^\]]*\]\((docs/figures/[^)\s]+)\)")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".gif")
+
+
+def figures_named_and_shown(text: str) -> tuple[set, set]:
+  """``(every docs/figures/ file a Markdown text names, those it shows as an image)``."""
+  return set(FIGURE_NAME.findall(text)), set(IMAGE_LINK.findall(text))
+
+
+def test_results_shows_every_figure_it_names():
+  """Issue 47: every docs/figures/ file RESULTS.md names exists, every image it names is
+  shown (``![...](docs/figures/x.png)``), and every image in docs/figures/ is shown."""
+  named, shown = figures_named_and_shown(_read("RESULTS.md"))
+  missing = sorted(p for p in named | shown if not os.path.isfile(os.path.join(REPO, p)))
+  assert not missing, f"RESULTS.md names figures that are not in docs/figures/: {missing}"
+  not_shown = sorted(p for p in named - shown if p.lower().endswith(IMAGE_SUFFIXES))
+  assert not not_shown, f"RESULTS.md names these images but does not show them: {not_shown}"
+  on_disk = {os.path.relpath(p, REPO).replace(os.sep, "/")
+             for suffix in IMAGE_SUFFIXES
+             for p in glob.glob(os.path.join(REPO, "docs", "figures", "*" + suffix))}
+  assert not sorted(on_disk - shown), (
+      f"images in docs/figures/ that RESULTS.md does not show: {sorted(on_disk - shown)}")
+
+
+def test_the_figure_checks():
+  named, shown = figures_named_and_shown(
+      "see `docs/figures/a.png`. ![b](docs/figures/b.png) data: docs/figures/c.json, "
+      "the folder `docs/figures/`")
+  assert named == {"docs/figures/a.png", "docs/figures/b.png", "docs/figures/c.json"}
+  assert shown == {"docs/figures/b.png"}
+
+
 def test_figure_jsons_record_relative_paths():
   for path in glob.glob(os.path.join(REPO, "docs", "figures", "*.json")):
     with open(path) as f:
