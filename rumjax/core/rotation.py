@@ -94,9 +94,14 @@ def _fallback(u):
   n = u.shape[-1]
   if n < 2:
     return jnp.zeros_like(u)
-  first = u[..., :1] * u[..., :1] <= 0.5
-  uk = jnp.where(first, u[..., :1], u[..., 1:2])
-  axis = (jnp.where(first, 0, 1) == jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1))
+  # u_0 and u_1 as masked sums, not slices (a Pallas Triton kernel cannot slice; the sums
+  # of one number and zeros are exact).
+  index = jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1)
+  coordinate = lambda k: jnp.sum(jnp.where(index == k, u, 0.0), axis=-1, keepdims=True)
+  u0, u1 = coordinate(0), coordinate(1)
+  first = u0 * u0 <= 0.5
+  uk = jnp.where(first, u0, u1)
+  axis = jnp.where(first, 0, 1) == index
   sq = 1.0 - uk * uk
   return jnp.where(sq > 0, (axis.astype(u.dtype) - uk * u) * jax.lax.rsqrt(
       jnp.where(sq > 0, sq, 1.0)), 0.0)
@@ -142,8 +147,8 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
   # Small angles (cos > 0): q = p = s v, M = [[c - 1, -1], [1, -1/(1 + c)]], with
   # c - 1 = -s^2 / (1 + c). Smooth in (a, b), exact identity at theta = 0.
   inv_1pc = 1.0 / (1.0 + jnp.where(cos > 0, cos, 1.0))
-  small = RotationPlane(u, p, -(sin**2) * inv_1pc, -jnp.ones_like(cos),
-                        jnp.ones_like(cos), -inv_1pc, cos, sin)
+  small = RotationPlane(u, p, -(sin**2) * inv_1pc, jnp.full_like(cos, -1.0),
+                        jnp.full_like(cos, 1.0), -inv_1pc, cos, sin)
 
   # Large angles (cos <= 0): q = v, M = [[c - 1, -s], [s, c - 1]], the textbook form;
   # no 1/(1 + c) anywhere. v = p/|p| is orthogonal to u to working precision as long as

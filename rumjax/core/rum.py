@@ -50,8 +50,9 @@ from typing import Any, Callable, Optional, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
-from rumjax.core import initializers, rum_fast
+from rumjax.core import initializers, rum_fast, rum_kernel
 from rumjax.core.power import rotation_power
 from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
 from rumjax.core.rotation import RotationPlane, apply_plane, rotation_plane
@@ -299,22 +300,84 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
 # ----------------------------------------------------------------------- the scan
 
 
-IMPLS = ("fast", "reference")
+IMPLS = ("auto", "fast", "kernel", "reference")
+
+# impl="auto" picks the fused kernel on a GPU up to this padded hidden size: R (and Q in
+# the backward pass) of Np x Np float32 per example must stay on chip. Not yet measured
+# on a GPU (issue 45): launch/accelerator_report.py times it beside the XLA path.
+KERNEL_AUTO_MAX_HIDDEN = 128
+
+_KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+
+
+def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
+  """Why the fused kernel cannot run this call (None if it can)."""
+  if not (isinstance(lam, int) and lam in (0, 1)):
+    return f"lam={lam!r} (the kernel runs lam 0 and 1)"
+  if return_cos:
+    return "return_cos=True"
+  if jnp.dtype(dtype) not in _KERNEL_DTYPES:
+    return f"dtype {jnp.dtype(dtype).name} (the kernel runs float32 and bfloat16)"
+  return None
+
+
+def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
+                backend: Optional[str] = None) -> str:
+  """The implementation ``rum_scan(impl=...)`` runs: ``"auto"`` resolved, the others as is.
+
+  ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
+  0 and 1, float32 or bfloat16 and a padded hidden size up to
+  :data:`KERNEL_AUTO_MAX_HIDDEN`, without ``return_cos``; the XLA fast path
+  (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs, TPUs, a real ``lam``,
+  ``return_cos``. ``backend`` defaults to ``jax.default_backend()``.
+  """
+  if impl != "auto":
+    return impl
+  backend = jax.default_backend() if backend is None else backend
+  if (backend == "gpu" and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype)
+      is None and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN):
+    return "kernel"
+  return "fast"
+
+
+_DESCRIPTIONS = {
+    "fast": "the XLA scan with the hand-written backward pass (rum_fast)",
+    "kernel": "the fused Pallas kernel, one launch per pass (rum_kernel)",
+    "reference": "the plain lax.scan differentiated by autodiff",
+}
+_logged: set = set()
+
+
+def _log_impl(impl: str, lam) -> None:
+  """One log line per implementation a process uses (the training log says which ran)."""
+  key = (impl, "real" if not isinstance(lam, int) else lam, jax.default_backend())
+  if key not in _logged:
+    _logged.add(key)
+    name = "checkpointed scan (real lam)" if impl == "fast" and key[1] == "real" else (
+        _DESCRIPTIONS[impl])
+    logging.info("rum_scan: impl=%s on %s, lam=%s: %s.", impl, key[2], key[1], name)
 
 
 def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
-               return_cos, precision):
-  """:func:`rumjax.core.rum_fast.fast_scan` on ``xs`` of any batch shape and major-ness."""
+               return_cos, precision, kernel=False):
+  """:func:`rumjax.core.rum_fast.fast_scan` (or with ``kernel``
+  :func:`rumjax.core.rum_kernel.kernel_scan`) on ``xs`` of any batch shape and
+  major-ness."""
   if not time_major:
     xs = jnp.moveaxis(xs, -2, 0)
   t, batch_shape, nh = xs.shape[0], xs.shape[1:-1], params["kernel_h"].shape[0]
   nb = math.prod(batch_shape)
   flat = lambda v, k: jnp.reshape(v, (nb,) + v.shape[k:])
   carry = (flat(h0[0], -2), flat(h0[1], -1)) if lam else flat(h0, -1)
-  final, hs, *cos = rum_fast.fast_scan(
-      params, jnp.reshape(xs, (t, nb, xs.shape[-1])), carry, lam=lam, eta=eta,
-      activation=f, update_gate=update_gate, unroll=unroll, return_cos=return_cos,
-      precision=precision)
+  xs = jnp.reshape(xs, (t, nb, xs.shape[-1]))
+  if kernel:
+    final, hs = rum_kernel.kernel_scan(params, xs, carry, lam=lam, eta=eta, activation=f,
+                                       update_gate=update_gate, precision=precision)
+    cos = ()
+  else:
+    final, hs, *cos = rum_fast.fast_scan(
+        params, xs, carry, lam=lam, eta=eta, activation=f, update_gate=update_gate,
+        unroll=unroll, return_cos=return_cos, precision=precision)
   unflat = lambda v, k: jnp.reshape(v, batch_shape + v.shape[k:])
   final = (unflat(final[0], -2), unflat(final[1], -1)) if lam else unflat(final, -1)
   hs = jnp.reshape(hs, (t,) + batch_shape + (nh,))
@@ -362,10 +425,10 @@ def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, t
   """``lam`` is 0, 1 or ``"real"`` (static); a real ``lam``'s value is ``lam_value``, a
   traced scalar (so a learned ``lam`` and every fixed real one share one compilation)."""
   f = get_activation(activation)
-  if impl == "fast" and lam in (0, 1):
+  if impl in ("fast", "kernel") and lam in (0, 1):
     return _fast_scan(params, xs, h0, lam=lam, eta=eta, f=f, update_gate=update_gate,
                       time_major=time_major, unroll=unroll, return_cos=return_cos,
-                      precision=precision)
+                      precision=precision, kernel=impl == "kernel")
   # The whole sequence, one matmul.
   x_proj = jnp.matmul(xs, params["kernel_x"], precision=precision) + params["bias"]
   if not time_major:
@@ -393,7 +456,7 @@ def _rum_scan(params, xs, h0, lam_value, *, lam, eta, activation, update_gate, t
 def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = None,
              activation: Union[str, Callable] = "relu", update_gate: bool = True,
              h0: Any = None, time_major: bool = False, unroll: int = 1,
-             return_cos: bool = False, impl: str = "fast", precision=None):
+             return_cos: bool = False, impl: str = "auto", precision=None):
   """Runs the RUM recurrence (Algorithm 1, eqs. (1)-(2)) over a sequence with ``lax.scan``.
 
   The input projection of the whole sequence is one matmul outside the scan; inside it
@@ -420,7 +483,12 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     time_major: whether time is the leading axis of ``xs`` and ``hs``.
     unroll: passed to ``lax.scan``.
     return_cos: also return ``cos(theta_t)`` of every step, <float>[*batch, T].
-    impl: ``"fast"`` (default): :func:`rumjax.core.rum_fast.fast_scan`, a hand-written
+    impl: ``"auto"`` (default): ``"kernel"`` on a GPU where it runs
+      (:func:`select_impl`: ``lam`` 0 or 1, float32 or bfloat16, hidden size up to
+      :data:`KERNEL_AUTO_MAX_HIDDEN`, no ``return_cos``), else ``"fast"``. ``"kernel"``:
+      :func:`rumjax.core.rum_kernel.kernel_scan`, the whole recurrence in one fused Pallas
+      kernel per pass (Triton on CUDA; Pallas's interpret mode, slow, on other platforms:
+      for tests). ``"fast"``: :func:`rumjax.core.rum_fast.fast_scan`, a hand-written
       backward pass that saves only ``h_t`` and the pre-activations per step and, for
       ``lam=1``, rebuilds ``R_{t-1} = R_t Rotation_t^T`` backwards instead of saving
       ``R_t`` (training memory O(B Nh^2 + T B Nh)). ``"reference"``: the plain
@@ -476,6 +544,12 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     raise ValueError(
         f"h0 has shape {h_shape} but xs of shape {jnp.shape(xs)} with Nh={nh} needs "
         f"{tuple(batch_shape) + (nh,)}.")
+  impl = select_impl(impl, lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype)
+  if impl == "kernel":
+    reason = kernel_unsupported(lam=lam, return_cos=bool(return_cos), dtype=dtype)
+    if reason is not None:
+      raise ValueError(f"impl='kernel' does not run {reason}; use impl='fast' (or 'auto').")
+  _log_impl(impl, lam)
   static = lam if isinstance(lam, int) else "real"
   lam_value = None if static != "real" else jnp.asarray(lam, at_least_float32(dtype))
   return _rum_scan(params, xs, carry, lam_value, lam=static, eta=eta, activation=activation,

@@ -78,13 +78,13 @@ def _rotate(tau, e, h):
 
 def _m_rows(p: RotationPlane):
   """``U M^T`` (<B, N> each): ``R Rot = R + (R u) r_u^T + (R q) r_q^T``."""
-  c = lambda m: m[:, None]
+  c = lambda m: m[..., None]
   return c(p.m_uu) * p.u + c(p.m_uq) * p.q, c(p.m_qu) * p.u + c(p.m_qq) * p.q
 
 
 def _m_cols(p: RotationPlane):
   """``U M`` (<B, N> each): ``Q Rot^T = Q + (Q u) c_u^T + (Q q) c_q^T``."""
-  c = lambda m: m[:, None]
+  c = lambda m: m[..., None]
   return c(p.m_uu) * p.u + c(p.m_qu) * p.q, c(p.m_uq) * p.u + c(p.m_qq) * p.q
 
 
@@ -103,17 +103,18 @@ def _mm(cfg: _Cfg, a, b):
   return jnp.matmul(a, b, precision=cfg.precision)
 
 
-def _head(cfg: _Cfg, h, pre, e, rh):
-  """``h~ = f(e + R h)``, the gate and the time normalization; returns (h_t, aux).
+def _head(cfg: _Cfg, h, upre, e, rh):
+  """``h~ = f(e + R h)``, the gate ``sigmoid(upre)`` and the time normalization; returns
+  (h_t, aux).
 
   In the dtype of ``e`` (``rh`` is rounded to it); the norm of ``h'`` in at least float32.
+  Works on <B, N> and on <N> (one example, the kernel of :mod:`rumjax.core.rum_kernel`).
   """
-  n = h.shape[-1]
   z = e + rh.astype(e.dtype)
   ht = cfg.activation(z)
   hn, ug = ht, None
   if cfg.update_gate:
-    ug = jax.nn.sigmoid(pre[:, n:2 * n])
+    ug = jax.nn.sigmoid(upre)
     hn = ht + ug * (h - ht)
   hp = hn
   inv = None
@@ -186,7 +187,7 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   pre = jnp.concatenate([xp[:, :2 * n] + _mm(cfg, h, kernel_h), e], axis=-1)
   x, p = _rotate(pre[:, :n], e, h)
   y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
-  hn, _ = _head(cfg, h, pre, e, y[:, 2] if cfg.lam else x)
+  hn, _ = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
   return hn, pre, p, y
 
 
@@ -248,7 +249,7 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
   """
   n = h.shape[-1]
   (x, p), rot_vjp = jax.vjp(_rotate, pre[:, :n], e, h)
-  _, aux = _head(cfg, h, pre, e, y[:, 2] if cfg.lam else x)
+  _, aux = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
   dh_gate, dgate, w = _head_bwd(cfg, h, aux, g)
   w = w.astype(x.dtype)
   zero = jnp.zeros_like(p.cos)

@@ -1,0 +1,361 @@
+"""The fused RUM kernel: Algorithm 1's whole time loop in one Pallas kernel per pass.
+
+:func:`kernel_scan` computes exactly :func:`rumjax.core.rum_fast.fast_scan` (the XLA fast
+path, the reference of this file) for ``lam`` 0 and 1, and is chosen by
+``rum_scan(..., impl="kernel")`` (or ``impl="auto"`` on a GPU, see
+:func:`rumjax.core.rum.select_impl`). The XLA path runs one ``lax.scan`` step per time step,
+and on a GPU each step waits in XLA's while loop (about 100 us at the copying shape); here
+one kernel launch runs all T steps of the forward pass and one all T steps of the backward
+pass, with one program per example holding that example's ``h``, ``R_t`` (and in the
+backward pass ``Q_t = dL/dR_t`` and ``dL/dh_t``) on chip across the steps.
+
+What runs where (one ``jax.custom_vjp``):
+
+* Outside the kernels, as large XLA matmuls at the policy's ``precision``: the input
+  projection of all T steps ``x_t W_x + b`` (split into its ``tau``, ``u`` and ``e``
+  blocks), and after the backward kernel the weight gradients
+  ``dW_x = sum_t x_t^T [dtau | du' | de]_t``, ``dW_h = sum_t h_{t-1}^T [dtau | du']_t``,
+  ``db`` and ``dx_t = [dtau | du' | de]_t W_x^T``.
+* The forward kernel, per example, for t = 1..T: ``tau = tau^x_t + h W^tau_hh``,
+  ``u' = u^x_t + h W^u_hh``, the rotation (the same
+  :func:`rumjax.core.rotation.rotation_plane` as every other path), ``R_t`` (``lam=1``) and
+  the head (:func:`rumjax.core.rum_fast._head`: activation, gate, time normalization). It
+  saves ``h_t``, ``tau_t``, ``u'_t`` and, for ``lam=1``, ``R_{t-1} [u, q, Rot h]``, as the
+  fast path does.
+* The backward kernel, per example, for t = T..1: the fast path's backward step
+  (:mod:`rumjax.core.rum_fast`): the head's chain rule by hand, the rotation's by ``jax.vjp``
+  of the same function as the forward pass, and for ``lam=1`` the rebuild
+  ``R_{t-1} = R_t Rot_t^T`` from the saved ``R_{t-1} [u, q]`` with the cotangent
+  ``Q_{t-1} = Q_t Rot_t^T + w (Rot_t h_{t-1})^T``. Every input of the rotation is saved or is
+  an input (``e_t``), never recomputed by another matmul (issue 44).
+
+Shapes and padding. ``Nh`` is padded inside to :func:`padded_size` (a power of 2, at least
+16: Triton's tensors must have power-of-2 sizes) with zero weights, ``R_0`` padded with the
+identity; the activation is masked to 0 on the padding (``f(0) != 0`` for ``sigmoid``), so
+padded coordinates of ``h`` stay exactly 0 and the padding changes no value. Any B, T >= 1.
+
+Precision. Everything inside the kernels is float32: the matrix-vector products are
+elementwise products and sums (exact float32 on every backend, i.e. the gates at
+``"highest"`` whatever ``precision`` says; the matmuls outside follow ``precision``), ``R``,
+``Q`` and the rotation path as the policy wants. With bfloat16 inputs and parameters (the
+bfloat16 policy) the inputs are read as float32, each ``h_t`` is rounded to bfloat16 as the
+XLA path's state is, and ``hs`` is returned in bfloat16.
+
+Platforms. The kernels are Pallas kernels lowered per platform
+(``jax.lax.platform_dependent``): on CUDA through Triton (``pallas.triton.CompilerParams``;
+deprecated in jax 0.11 but working in 0.10 and 0.11; the Mosaic GPU lowering wants a
+rewrite with ``plgpu.kernel``), everywhere else in Pallas's interpret mode (slow; for tests
+on a CPU). ``tests/test_rum_kernel.py`` checks values and gradients against the fast path in
+interpret mode and the CUDA lowering with ``jax.export``.
+"""
+
+import functools
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from rumjax.core import rum_fast
+from rumjax.core.precision import at_least_float32, resolve_precision
+from rumjax.core.rotation import RotationPlane
+
+Array = jax.Array
+F32 = jnp.float32
+
+
+def padded_size(nh: int) -> int:
+  """The hidden size inside the kernels: the next power of 2, at least 16."""
+  return max(16, 1 << (int(nh) - 1).bit_length())
+
+
+class _Cfg(NamedTuple):
+  head: rum_fast._Cfg           # lam, eta, activation, update_gate (the fast path's)
+  nh: int                       # the true hidden size (the rest is padding)
+  dtype: jnp.dtype              # of h_t (the policy's computation dtype)
+
+
+# ------------------------------------------------------------- per-example algebra
+# One example's vectors are <Np>, its matrices <Np, Np>; products are broadcasts and sums
+# (exact float32; Triton's dot needs blocks of at least 16 rows).
+
+
+def _mv(m, v):
+  """``m v`` (sum over the columns of ``m``)."""
+  return jnp.sum(m * v[None, :], axis=1)
+
+
+def _vm(v, m):
+  """``v^T m`` (sum over the rows of ``m``)."""
+  return jnp.sum(v[:, None] * m, axis=0)
+
+
+def _outer(a, b):
+  return a[:, None] * b[None, :]
+
+
+def _head_cfg(cfg: _Cfg, np_: int):
+  """The fast path's head config with the activation masked to 0 on the padding."""
+  valid = jax.lax.broadcasted_iota(jnp.int32, (np_,), 0) < cfg.nh
+  f = cfg.head.activation
+  return cfg.head._replace(activation=lambda z: jnp.where(valid, f(z), 0.0))
+
+
+def _store_policy(cfg: _Cfg, h):
+  """``h_t`` rounded to the policy's dtype (the XLA path carries it in that dtype)."""
+  return h.astype(cfg.dtype).astype(F32)
+
+
+# ------------------------------------------------------------------------ kernels
+
+
+def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *refs):
+  """One example's forward pass over all T steps (see the module docstring)."""
+  lam = cfg.head.lam
+  if lam:
+    (r0_ref, hs_ref, tau_ref, upre_ref, ru_ref, rq_ref, rh_ref, hT_ref, rT_ref) = refs
+  else:
+    hs_ref, tau_ref, upre_ref, hT_ref = refs
+  np_ = h0_ref.shape[-1]
+  head = _head_cfg(cfg, np_)
+
+  def step(t, carry):
+    r, h = carry if lam else (None, carry)
+    tau = xt_ref[t].astype(F32) + _vm(h, wt_ref[...].astype(F32))
+    upre = xu_ref[t].astype(F32) + _vm(h, wu_ref[...].astype(F32))
+    e = e_ref[t].astype(F32)
+    x, p = rum_fast._rotate(tau, e, h)
+    if lam:
+      ru, rq, rh = _mv(r, p.u), _mv(r, p.q), _mv(r, x)     # R_{t-1} [u, q, Rot h]
+      row_u, row_q = rum_fast._m_rows(p)
+      r = r + _outer(ru, row_u) + _outer(rq, row_q)         # R_t = R_{t-1} Rot_t
+      ru_ref[t], rq_ref[t], rh_ref[t] = ru, rq, rh
+    else:
+      rh = x
+    hn, _ = rum_fast._head(head, h, upre, e, rh)
+    hn = _store_policy(cfg, hn)
+    hs_ref[t] = hn.astype(hs_ref.dtype)
+    tau_ref[t], upre_ref[t] = tau, upre
+    return (r, hn) if lam else hn
+
+  h0 = h0_ref[...].astype(F32)
+  carry = (r0_ref[...].astype(F32), h0) if lam else h0
+  carry = jax.lax.fori_loop(0, xt_ref.shape[0], step, carry)
+  if lam:
+    rT_ref[...], carry = carry[0], carry[1]
+  hT_ref[...] = carry.astype(hT_ref.dtype)
+
+
+def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref, wt_ref,
+                     wu_ref, dhT_ref, *refs):
+  """One example's backward pass over all T steps, t = T..1 (see the module docstring)."""
+  lam = cfg.head.lam
+  if lam:
+    (ru_ref, rq_ref, rh_ref, rT_ref, qT_ref, dtau_ref, dgate_ref, de_ref, dh0_ref,
+     dr0_ref) = refs
+  else:
+    dtau_ref, dgate_ref, de_ref, dh0_ref = refs
+  n_steps, np_ = tau_ref.shape
+  head = _head_cfg(cfg, np_)
+  h0 = h0_ref[...].astype(F32)
+
+  def step(i, carry):
+    t = n_steps - 1 - i
+    r, q, dh = carry if lam else (None, None, carry)
+    h = jnp.where(t > 0, hs_ref[jnp.maximum(t - 1, 0)].astype(F32), h0)
+    tau, upre, e = tau_ref[t], upre_ref[t], e_ref[t].astype(F32)
+    g = dh + g_ref[t].astype(F32)
+    (x, p), rot_vjp = jax.vjp(rum_fast._rotate, tau, e, h)
+    rh = rh_ref[t] if lam else x
+    _, aux = rum_fast._head(head, h, upre, e, rh)
+    dh_gate, dgate, w = rum_fast._head_bwd(head, h, aux, g)
+    zero = jnp.zeros_like(p.cos)
+    if lam:
+      ru, rq = ru_ref[t], rq_ref[t]                         # R_{t-1} u, R_{t-1} q
+      row_u, row_q = rum_fast._m_rows(p)
+      r = r - _outer(ru, row_u) - _outer(rq, row_q)         # R_{t-1} = R_t Rot_t^T
+      qu, qq = _mv(q, p.u), _mv(q, p.q)
+      gu, gq = _vm(ru, q), _vm(rq, q)                       # G^T u, G^T q
+      dx, v1, v2 = _vm(w, r), _vm(qu, r), _vm(qq, r)        # R_{t-1}^T [w, Q u, Q q]
+      du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
+      dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
+      dms = tuple(jnp.sum(a * b) for a, b in ((ru, qu), (ru, qq), (rq, qu), (rq, qq)))
+      col_u, col_q = rum_fast._m_cols(p)
+      q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
+    else:
+      dx, du, dq, dms = w, jnp.zeros_like(p.u), jnp.zeros_like(p.q), (zero,) * 4
+    dtau, de, dh = rot_vjp((dx, RotationPlane(du, dq, *dms, zero, zero)))
+    dh = dh + _mv(wt_ref[...].astype(F32), dtau)          # tau = ... + h W^tau_hh
+    if cfg.head.update_gate:
+      dh = dh + dh_gate + _mv(wu_ref[...].astype(F32), dgate)
+    else:
+      dgate = jnp.zeros_like(dtau)
+    dtau_ref[t], dgate_ref[t], de_ref[t] = dtau, dgate, de + w
+    return (r, q, dh) if lam else dh
+
+  dh = dhT_ref[...].astype(F32)
+  carry = (rT_ref[...], qT_ref[...], dh) if lam else dh
+  carry = jax.lax.fori_loop(0, n_steps, step, carry)
+  if lam:
+    dr0_ref[...], carry = carry[1], carry[2]
+  dh0_ref[...] = carry
+
+
+# --------------------------------------------------------------------- pallas_call
+
+
+def _specs(n_steps, np_, kinds):
+  """BlockSpecs for a grid over the batch: "seq" <T, B, Np>, "vec" <B, Np>,
+  "mat" <B, Np, Np> (one example each), "w" <Np, Np> (shared)."""
+  table = {
+      "seq": pl.BlockSpec((n_steps, None, np_), lambda b: (0, b, 0)),
+      "vec": pl.BlockSpec((None, np_), lambda b: (b, 0)),
+      "mat": pl.BlockSpec((None, np_, np_), lambda b: (b, 0, 0)),
+      "w": pl.BlockSpec((np_, np_), lambda b: (0, 0)),
+  }
+  return [table[k] for k in kinds]
+
+
+def _shape(kind, n_steps, batch, np_, dtype):
+  shapes = {"seq": (n_steps, batch, np_), "vec": (batch, np_), "mat": (batch, np_, np_)}
+  return jax.ShapeDtypeStruct(shapes[kind], dtype)
+
+
+def num_warps(np_: int) -> int:
+  """Triton warps per program: 4 up to Np = 64, 8 above (R, Q of Np^2 numbers)."""
+  return 4 if np_ <= 64 else 8
+
+
+def _pallas(kernel, ins, outs, args, *, n_steps, batch, np_):
+  """``kernel`` over a grid of one program per example; Triton on CUDA, interpret mode
+  on every other platform (chosen when lowering, not from the default backend)."""
+  in_specs = _specs(n_steps, np_, ins)
+  out_specs = _specs(n_steps, np_, [k for k, _ in outs])
+  out_shape = [_shape(k, n_steps, batch, np_, d) for k, d in outs]
+
+  def run(interpret, *args):
+    params = None if interpret else pltriton.CompilerParams(
+        num_warps=num_warps(np_), num_stages=1)
+    return pl.pallas_call(kernel, out_shape=out_shape, grid=(batch,), in_specs=in_specs,
+                          out_specs=out_specs, interpret=interpret,
+                          compiler_params=params, name="rum_scan")(*args)
+
+  return jax.lax.platform_dependent(*args, cuda=functools.partial(run, False),
+                                    default=functools.partial(run, True))
+
+
+# --------------------------------------------------------------------- the VJP
+
+
+def _pad_last(x, np_, value=0.0):
+  pad = [(0, 0)] * (x.ndim - 1) + [(0, np_ - x.shape[-1])]
+  return jnp.pad(x, pad, constant_values=value)
+
+
+def _pad_square(m, np_):
+  """<..., N, N> -> <..., Np, Np> with the identity on the padding."""
+  n = m.shape[-1]
+  eye = jnp.eye(np_, dtype=m.dtype)
+  return eye.at[:n, :n].set(0.0) + jnp.pad(m, [(0, 0)] * (m.ndim - 2) + [(0, np_ - n)] * 2)
+
+
+def _forward(cfg: _Cfg, precision, params, xs, carry0):
+  kernel_x, bias, kernel_h = params
+  n, np_ = cfg.nh, padded_size(cfg.nh)
+  n_steps, batch = xs.shape[:2]
+  xp = jnp.matmul(xs, kernel_x, precision=precision) + bias          # <T, B, 3N>
+  xt, xu, e = (_pad_last(xp[..., k * n:(k + 1) * n], np_) for k in range(3))
+  wt, wu = (_pad_last(jnp.pad(kernel_h[:, k * n:(k + 1) * n], [(0, np_ - n), (0, 0)]),
+                      np_) for k in range(2))
+  lam, dtype = cfg.head.lam, xs.dtype
+  r0, h0 = carry0 if lam else (None, carry0)
+  rdtype = at_least_float32(dtype)
+  ins = ["seq"] * 3 + ["w"] * 2 + ["vec"]
+  args = [xt, xu, e, wt, wu, _pad_last(h0, np_)]
+  outs = [("seq", dtype), ("seq", F32), ("seq", F32)]
+  if lam:
+    ins.append("mat")
+    args.append(_pad_square(r0.astype(F32), np_))
+    outs += [("seq", F32)] * 3
+  outs.append(("vec", dtype))
+  if lam:
+    outs.append(("mat", F32))
+  out = _pallas(functools.partial(_forward_kernel, cfg), ins, outs, args,
+                n_steps=n_steps, batch=batch, np_=np_)
+  hs, tau, upre = out[:3]
+  ys = tuple(out[3:6]) if lam else ()
+  h_final = out[-2 if lam else -1][:, :n]
+  if lam:
+    r_final = out[-1]
+    final = (r_final[:, :n, :n].astype(rdtype), h_final)
+  else:
+    r_final, final = None, h_final
+  res = (params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu)
+  return (final, hs[..., :n]), res
+
+
+def _primal(cfg, precision, params, xs, carry0):
+  return _forward(cfg, precision, params, xs, carry0)[0]
+
+
+def _bwd(cfg: _Cfg, precision, res, cts):
+  params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu = res
+  kernel_x, _, kernel_h = params
+  (ct_final, ct_hs) = cts
+  lam, n, np_ = cfg.head.lam, cfg.nh, padded_size(cfg.nh)
+  n_steps, batch = xs.shape[:2]
+  dr_final, dh_final = ct_final if lam else (None, ct_final)
+  ins = ["seq"] * 4 + ["vec", "seq", "w", "w", "vec"]
+  args = [tau, upre, e, hs, _pad_last(h0, np_), _pad_last(ct_hs, np_), wt, wu,
+          _pad_last(dh_final, np_)]
+  if lam:
+    ins += ["seq"] * 3 + ["mat"] * 2
+    pad = [(0, 0), (0, np_ - n), (0, np_ - n)]
+    args += list(ys) + [r_final, jnp.pad(dr_final.astype(F32), pad)]
+  outs = [("seq", F32)] * 3 + [("vec", F32)] + ([("mat", F32)] if lam else [])
+  out = _pallas(functools.partial(_backward_kernel, cfg), ins, outs, args,
+                n_steps=n_steps, batch=batch, np_=np_)
+  dtau, dgate, de = (d[..., :n] for d in out[:3])
+  dh0 = out[3][:, :n].astype(h0.dtype)
+  # The weight gradients and dL/dx as large matmuls outside the kernel.
+  wdtype = at_least_float32(kernel_x)
+  dxp = jnp.concatenate([dtau, dgate, de], axis=-1)                  # <T, B, 3N>
+  h_prev = jnp.concatenate([h0[None], hs[:-1, :, :n]], axis=0)
+  mm = functools.partial(jnp.einsum, precision=precision, preferred_element_type=wdtype)
+  dkx = mm("tbx,tbk->xk", xs.astype(wdtype), dxp)
+  dkh = mm("tbn,tbk->nk", h_prev.astype(wdtype), dxp[..., :2 * n])
+  db = jnp.sum(dxp, axis=(0, 1))
+  dxs = jnp.matmul(dxp.astype(xs.dtype), kernel_x.T, precision=precision)
+  grads = tuple(g.astype(p.dtype) for g, p in zip((dkx, db, dkh), params))
+  dcarry = (out[4][:, :n, :n].astype(dr_final.dtype), dh0) if lam else dh0
+  return grads, dxs.astype(xs.dtype), dcarry
+
+
+def _fwd(cfg, precision, params, xs, carry0):
+  return _forward(cfg, precision, params, xs, carry0)
+
+
+_core = jax.custom_vjp(_primal, nondiff_argnums=(0, 1))
+_core.defvjp(_fwd, _bwd)
+
+
+# ------------------------------------------------------------------------ entry
+
+
+def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
+                activation: Callable, update_gate: bool, precision=None):
+  """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
+
+  Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
+  ``return_cos``): ``xs`` <float>[T, B, Nx], ``carry0`` ``h_0`` <float>[B, Nh] or for
+  ``lam=1`` ``(R_0, h_0)``; returns ``(final_state, hs)``. ``lam`` must be 0 or 1;
+  ``precision`` applies to the matmuls outside the kernels.
+  """
+  if lam not in (0, 1):
+    raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
+  nh = params["kernel_h"].shape[0]
+  head = rum_fast._Cfg(lam, eta, activation, bool(update_gate), 1, False)
+  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype))
+  p = (params["kernel_x"], params["bias"], params["kernel_h"])
+  return _core(cfg, resolve_precision(precision), p, xs, carry0)

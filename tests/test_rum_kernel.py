@@ -1,0 +1,185 @@
+"""The fused RUM kernel (rumjax/core/rum_kernel.py) against the XLA fast path.
+
+On a CPU the kernel runs in Pallas's interpret mode (the same kernel body, lowered as a JAX
+loop); its CUDA lowering (Triton) is checked with ``jax.export`` for the platform "cuda".
+
+Precision: the comparisons run under ``jax.default_matmul_precision("highest")``, so the
+XLA path's gate matmuls are float32 on every backend (the kernel's own products are exact
+float32 always); float32 agreement is then rounding only (1e-5). bfloat16 compares two
+computations that round h_t to bfloat16 at different places: 5e-2 of the largest entry.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from rumjax.core import rum, rum_fast, rum_kernel
+from rumjax.core.rum import init_rum_params, rum_scan
+
+F32_TOL = 1e-5
+BF16_TOL = 5e-2
+TRITON = "__gpu$xla.gpu.triton"
+
+
+def _problem(lam, nh, nx=3, batch=2, steps=4, dtype=jnp.float32, seed=0):
+  """Parameters off their initialisation (biases, gates away from 1), inputs, a carry."""
+  k = jax.random.split(jax.random.key(seed), 5)
+  params = init_rum_params(k[0], nx, nh)
+  params = jax.tree.map(lambda p, kk: p + 0.2 * jax.random.normal(kk, p.shape),
+                        params, dict(zip(sorted(params), jax.random.split(k[1], 3))))
+  xs = jax.random.normal(k[2], (steps, batch, nx))
+  h0 = 0.3 * jax.random.normal(k[3], (batch, nh))
+  r0 = jax.vmap(lambda kk: jnp.linalg.qr(jax.random.normal(kk, (nh, nh)))[0])(
+      jax.random.split(k[4], batch))
+  cast = lambda t: jax.tree.map(lambda a: a.astype(dtype), t)
+  carry = (r0, cast(h0)) if lam else cast(h0)
+  return cast(params), cast(xs), carry
+
+
+def _loss(scan, lam, params, xs, carry):
+  """A loss that reads every output with distinct weights (hs, h_T and R_T); the outputs
+  are its aux."""
+  outputs = scan(params, xs, carry)
+  final, hs = outputs
+  hs = hs.astype(jnp.float32)
+  weights = jnp.arange(1, hs.shape[-1] + 1, dtype=jnp.float32)
+  loss = jnp.sum(hs**2 * weights)
+  if lam:
+    r, h = final
+    loss += jnp.sum(r * jnp.arange(r.shape[-1])) + jnp.sum(h.astype(jnp.float32)**3)
+  else:
+    loss += jnp.sum(final.astype(jnp.float32)**3)
+  return loss, outputs
+
+
+def _value_and_grads(impl, lam, kw, params, xs, carry):
+  fn = rum_kernel.kernel_scan if impl == "kernel" else rum_fast.fast_scan
+  scan = functools.partial(fn, lam=lam, **kw)
+  loss = functools.partial(_loss, scan, lam)
+  with jax.default_matmul_precision("highest"):
+    (value, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2),
+                                                         has_aux=True))(params, xs, carry)
+  return value, grads, outputs
+
+
+def _max_rel(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)
+
+
+def _compare(lam, kw, problem, tol):
+  ref = _value_and_grads("fast", lam, kw, *problem)
+  got = _value_and_grads("kernel", lam, kw, *problem)
+  for name, a, b in zip(("value", "grads", "outputs"), ref, got):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for la, lb in zip(leaves_a, leaves_b):
+      assert la.shape == lb.shape and la.dtype == lb.dtype, (name, la.shape, lb.shape)
+      assert _max_rel(la, lb) <= tol, (name, la.shape, _max_rel(la, lb))
+
+
+# (lam, nh, steps, eta, activation, update_gate): both lam, eta, every activation kind
+# (sigmoid: f(0) != 0 on the padding), gate on and off, padding 5 -> 16 and 100 -> 128,
+# no padding (16), T = 1.
+CASES = [
+    (0, 5, 4, None, "relu", True),
+    (1, 5, 4, None, "relu", True),
+    (1, 5, 3, 1.0, "tanh", False),
+    (0, 5, 1, 2.0, "sigmoid", True),
+    (1, 16, 1, None, "softsign", True),
+    (1, 100, 3, 1.0, "relu", True),
+]
+
+
+@pytest.mark.parametrize("lam,nh,steps,eta,activation,gate", CASES)
+def test_kernel_matches_fast_path_float32(lam, nh, steps, eta, activation, gate):
+  kw = dict(eta=eta, activation=rum.get_activation(activation), update_gate=gate)
+  _compare(lam, kw, _problem(lam, nh, steps=steps), F32_TOL)
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_kernel_matches_fast_path_bfloat16_policy(lam):
+  """bfloat16 inputs and parameters: hs and h_T bfloat16, R_T float32, gradients in the
+  parameters' dtype, values within bfloat16 rounding of the XLA path's."""
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  problem = _problem(lam, 5, dtype=jnp.bfloat16)
+  _compare(lam, kw, problem, BF16_TOL)
+  (final, hs) = jax.jit(functools.partial(rum_kernel.kernel_scan, lam=lam, **kw))(*problem)
+  assert hs.dtype == jnp.bfloat16
+  if lam:
+    assert final[0].dtype == jnp.float32 and final[1].dtype == jnp.bfloat16
+
+
+def test_rum_scan_impl_kernel_any_batch_shape_and_major():
+  """rum_scan(impl="kernel") flattens batch axes as the fast path does: same values."""
+  params, _, _ = _problem(1, 5)
+  xs = jax.random.normal(jax.random.key(3), (2, 3, 4, 3))    # (*batch, T, Nx)
+  with jax.default_matmul_precision("highest"):
+    (r_k, h_k), hs_k = rum_scan(params, xs, lam=1, eta=1.0, impl="kernel")
+    (r_f, h_f), hs_f = rum_scan(params, xs, lam=1, eta=1.0, impl="fast")
+  assert hs_k.shape == (2, 3, 4, 5) and r_k.shape == (2, 3, 5, 5)
+  for a, b in ((hs_k, hs_f), (h_k, h_f), (r_k, r_f)):
+    assert _max_rel(b, a) <= F32_TOL
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(lam=0.5), "lam=0.5"),
+    (dict(lam=1, return_cos=True), "return_cos"),
+])
+def test_kernel_refuses_what_it_does_not_run(kwargs, message):
+  params, _, _ = _problem(1, 5)
+  with pytest.raises(ValueError, match=message):
+    rum_scan(params, jnp.ones((2, 3, 3)), impl="kernel", **kwargs)
+
+
+def test_auto_selects_the_kernel_on_gpus_only():
+  sel = functools.partial(rum.select_impl, "auto", return_cos=False, dtype=jnp.float32)
+  assert sel(lam=1, nh=100, backend="gpu") == "kernel"
+  assert sel(lam=0, nh=50, backend="gpu") == "kernel"
+  assert sel(lam=1, nh=100, backend="cpu") == "fast"
+  assert sel(lam=1, nh=100, backend="tpu") == "fast"
+  assert sel(lam=0.5, nh=100, backend="gpu") == "fast"
+  assert sel(lam=1, nh=rum.KERNEL_AUTO_MAX_HIDDEN + 1, backend="gpu") == "fast"
+  assert rum.select_impl("auto", lam=1, return_cos=True, nh=8, dtype=jnp.float32,
+                         backend="gpu") == "fast"
+  assert rum.select_impl("auto", lam=1, return_cos=False, nh=8, dtype=jnp.float64,
+                         backend="gpu") == "fast"
+  assert rum.select_impl("fast", lam=1, return_cos=False, nh=8, dtype=jnp.float32,
+                         backend="gpu") == "fast"
+
+
+def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype):
+  """The StableHLO of a jitted gradient of a loss through rum_scan(impl="kernel")."""
+  params = jax.tree.map(lambda p: p.astype(dtype), init_rum_params(jax.random.key(0), nx, nh))
+  xs = jnp.zeros((batch, steps, nx), dtype)
+
+  def loss(params, xs):
+    _, hs = rum_scan(params, xs, lam=lam, eta=1.0, impl="kernel")
+    return jnp.sum(hs.astype(jnp.float32)**2)
+
+  step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+  checks = [export.DisabledSafetyCheck.custom_call(TRITON)]
+  exported = export.export(step, platforms=[platform], disabled_checks=checks)(params, xs)
+  return exported.mlir_module()
+
+
+# The shapes the benchmark and the auto selection use (recall, copying), both dtypes.
+@pytest.mark.parametrize("lam,batch,steps,nx,nh,dtype", [
+    (1, 128, 520, 10, 100, jnp.float32),
+    (0, 128, 520, 10, 100, jnp.bfloat16),
+    (1, 128, 53, 36, 50, jnp.bfloat16),
+])
+def test_kernel_lowers_for_cuda(lam, batch, steps, nx, nh, dtype):
+  """Lowered for CUDA, a training step holds two Triton kernels (forward, backward)."""
+  module = _lower_training_step("cuda", lam, batch, steps, nx, nh, dtype)
+  assert module.count(TRITON + "(") == 2
+
+
+def test_kernel_is_interpreted_off_gpus():
+  """Lowered for a CPU, the same function holds no Triton kernel (interpret mode)."""
+  module = _lower_training_step("cpu", 1, 2, 3, 3, 5, jnp.float32)
+  assert TRITON not in module and "while" in module
