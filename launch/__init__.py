@@ -1,8 +1,110 @@
 """Thin absl entry points, one module per command; the logic is in rumjax/ and tasks/."""
 
-from typing import Callable
+import logging as std_logging
+import os
+import sys
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import app, flags, logging
+
+# The help flags, and whether each asks for the launcher's own flags only (absl's --help)
+# rather than every flag (--helpfull).
+HELP_FLAGS = {"--help": True, "-help": True, "-?": True, "--helpshort": True,
+              "-helpshort": True, "--helpfull": False, "-helpfull": False}
+
+
+class QuietLibtpu(std_logging.Filter):
+  """Drops JAX's INFO line "Unable to initialize backend 'tpu': ... Failed to open
+  libtpu.so" that every launch prints on a machine without a TPU (nothing is wrong)."""
+
+  def filter(self, record):
+    return not (record.levelno < std_logging.WARNING and "libtpu.so" in record.getMessage())
+
+
+std_logging.getLogger("jax._src.xla_bridge").addFilter(QuietLibtpu())
+
+
+def cpu_devices_warning(value: Optional[str], cores: Optional[int]) -> Optional[str]:
+  """A line if ``--cpu_devices`` asks for more CPU devices than ``cores`` (then several
+  devices share a core and the data-parallel loop runs slower than with one per core),
+  else ``None``."""
+  if value is None or value == "auto" or not cores:
+    return None
+  try:
+    count = int(value)
+  except ValueError:
+    return None
+  if count <= cores:
+    return None
+  return (f"--cpu_devices={count} is more than the {cores} core(s) of this machine: "
+          "devices beyond one per core share cores and make each step slower; use "
+          f"--cpu_devices=auto ({cores}).")
+
+
+def warn_cpu_devices(value: Optional[str]) -> None:
+  """Logs :func:`cpu_devices_warning` for this machine's core count, if any."""
+  line = cpu_devices_warning(value, os.cpu_count())
+  if line:
+    logging.warning(line)
+
+
+def help_requested(argv: Sequence[str]) -> Optional[bool]:
+  """``True`` (short help) or ``False`` (full help) if ``argv`` asks for help, else ``None``
+  (arguments after ``--`` are not flags)."""
+  for arg in argv[1:]:
+    if arg == "--":
+      return None
+    if arg in HELP_FLAGS:
+      return HELP_FLAGS[arg]
+  return None
+
+
+def config_lines(config: Any, prefix: str = "--config.") -> Iterator[str]:
+  """Every leaf field of a (nested) ``ConfigDict`` as the flag that sets it with its
+  default, e.g. ``--config.model.hidden_size=100``: the dotted name shows which fields live
+  under ``--config.model.`` (and ``--config.evals.<name>.``)."""
+  for key in sorted(config.keys()):
+    value = config[key]
+    if hasattr(value, "keys") and hasattr(value, "items"):
+      yield from config_lines(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}={value!r}"
+
+
+def help_text(short: bool, flag_values: flags.FlagValues = flags.FLAGS,
+              doc: Optional[str] = None) -> str:
+  """The usage of the running launcher: its docstring, its own flags (``short``) or every
+  flag, and, when it has a ``--config``, each config field on its own line
+  (:func:`config_lines`) instead of absl's unindented dump of the whole config."""
+  if doc is None:
+    doc = sys.modules["__main__"].__doc__ or ""
+  config = flag_values["config"].value if "config" in flag_values else None
+  if config is not None:
+    flag_values["config"].default_as_str = None   # listed field by field below
+  body = flag_values.main_module_help() if short else flag_values.get_help()
+  parts = [doc.strip(), "flags:\n" + body if short else body]
+  if config is not None:
+    parts.append("config fields (set any with --config.FIELD=VALUE):\n"
+                 + "\n".join("  " + line for line in config_lines(config)))
+  if short:
+    parts.append("Try --helpfull to get a list of all flags.")
+  return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def exit_on_help(argv: Sequence[str] = sys.argv) -> None:
+  """Prints :func:`help_text` and exits 0 if ``argv`` asks for help (absl's own help exits
+  1 and prints a nested config without its indentation). Call after the flags are
+  defined, before ``app.run``."""
+  short = help_requested(argv)
+  if short is not None:
+    sys.stdout.write(help_text(short))
+    sys.exit(0)
+
+
+def run_app(main: Callable, argv: Sequence[str] = sys.argv) -> None:
+  """``app.run(main)``, answering ``--help`` / ``--helpfull`` first (:func:`exit_on_help`)."""
+  exit_on_help(argv)
+  app.run(main)
 
 
 def run_cli(define_flags: Callable[[], None], run: Callable) -> None:
@@ -16,4 +118,4 @@ def run_cli(define_flags: Callable[[], None], run: Callable) -> None:
     logging.get_absl_handler().addFilter(utils.QuietOrbax())
     run(flags.FLAGS)
 
-  app.run(main)
+  run_app(main)

@@ -39,7 +39,8 @@ and the paper's per-task numbers per model, steps, wall time, the mean and the p
 import os
 import sys
 
-from absl import app, flags, logging
+import launch
+from absl import flags, logging
 
 from rumjax import experiments, utils
 from tasks.experiments import babi as babi_configs
@@ -147,4 +148,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  launch.run_app(main)

@@ -14,7 +14,8 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
+import launch
+from absl import flags, logging
 from ml_collections import config_flags
 
 import tasks
@@ -36,8 +37,9 @@ def define_config_flag(argv) -> None:
   saved = utils.read_json(os.path.join(workdir, "config.json"), {})
   name = configs.argv_value(argv, "task") or saved.get("task")
   if not name:
-    sys.exit(f"error: no {os.path.join(workdir, 'config.json')}; pass --task (and "
-             "--variant) of the run.")
+    if launch.help_requested(argv) is not None:
+      return   # the help of the flags alone: there is no run to take a config from
+    sys.exit(f"error: {no_config_message(workdir)}")
   try:
     config = tasks.get_task(name).get_config(
         configs.argv_value(argv, "variant") or saved.get("variant"))
@@ -49,6 +51,22 @@ def define_config_flag(argv) -> None:
                                   "with --config.FIELD=VALUE.")
 
 
+def no_config_message(workdir: str) -> str:
+  """Why ``workdir`` gives no config, the real problem first: no training run there at all
+  (no checkpoints: ``--task`` would not help), or checkpoints without ``config.json`` (then
+  ``--task`` and ``--variant`` are needed)."""
+  config_path = os.path.join(workdir, "config.json")
+  if not workdir:
+    return "pass --workdir, the workdir of a training run."
+  if not os.path.isdir(workdir):
+    return f"workdir {workdir!r} does not exist; pass the --workdir of a training run."
+  if not any(os.path.isdir(os.path.join(workdir, *sub, "checkpoints"))
+             for sub in ((), ("best",))):
+    return (f"no training run in {workdir!r} (no checkpoints/ and no config.json); pass the "
+            "--workdir of a training run.")
+  return f"no {config_path}; pass --task (and --variant) of the run."
+
+
 def setup():
   """(the run's config, its task, the checkpoint directory) from the flags, CPU devices
   set; one-line exit on bad input. Shared with ``launch.predict``."""
@@ -56,6 +74,7 @@ def setup():
   from rumjax import sharding
   try:
     sharding.use_cpu_devices(FLAGS.cpu_devices)
+    launch.warn_cpu_devices(FLAGS.cpu_devices)
     config = FLAGS.config
     task = tasks.get_task(config.task)
     task.validate_config(config)
@@ -79,4 +98,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_config_flag(sys.argv)
-  app.run(main)
+  launch.run_app(main)

@@ -10,6 +10,7 @@ A few minutes on one CPU core.
 
 import os
 
+import launch
 from absl import app, flags
 
 from rumjax import plotting, utils
@@ -58,4 +59,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  launch.run_app(main)

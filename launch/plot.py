@@ -19,7 +19,8 @@ For a RUM model workdir (a ``train_and_evaluate`` workdir with the ``config.json
 import os
 import sys
 
-from absl import app, flags
+import launch
+from absl import flags
 
 import tasks
 from rumjax import plotting
@@ -51,4 +52,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  launch.run_app(main)

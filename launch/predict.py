@@ -19,7 +19,8 @@ import json
 import os
 import sys
 
-from absl import app, flags
+import launch
+from absl import flags
 
 import tasks
 from launch import evaluate
@@ -54,4 +55,4 @@ def main(argv):
 
 if __name__ == "__main__":
   evaluate.define_config_flag(sys.argv)
-  app.run(main)
+  launch.run_app(main)

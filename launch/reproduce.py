@@ -51,7 +51,8 @@ numbers, the hardware), ``<experiment>.png``, and per model ``result.json``,
 
 import sys
 
-from absl import app, flags, logging
+import launch
+from absl import flags, logging
 
 from rumjax import experiments, utils
 from tasks.experiments import EXPERIMENTS
@@ -127,6 +128,7 @@ def main(argv):
     options = options_from_flags(FLAGS)
     experiments.check_options(options)
     sharding.use_cpu_devices(FLAGS.cpu_devices)
+    launch.warn_cpu_devices(FLAGS.cpu_devices)
   except ValueError as err:
     sys.exit(f"error: {err}")
   for name in FLAGS.experiment:
@@ -144,4 +146,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  launch.run_app(main)

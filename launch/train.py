@@ -31,7 +31,8 @@ if __name__ == "__main__":
 import json
 import sys
 
-from absl import app, flags, logging
+import launch
+from absl import flags, logging
 from ml_collections import config_flags
 
 import tasks
@@ -124,10 +125,13 @@ def main(argv):
 def _main(stop):
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
   from rumjax import sharding, training
+  from rumjax.training import determinism
+  determinism.use_deterministic_gpu_ops()   # before JAX runs: exact resume on a GPU (#44)
   try:
     sharding.use_cpu_devices(FLAGS.cpu_devices)
   except ValueError as err:
     sys.exit(f"error: {err}")
+  launch.warn_cpu_devices(FLAGS.cpu_devices)
   if FLAGS.distributed:
     _init_distributed()
   import jax
@@ -138,8 +142,11 @@ def _main(stop):
     task.validate_config(config)
   except ValueError as err:
     sys.exit(f"error: invalid config: {err}")
-  logging.info("Task %s, %d process(es), %d device(s); config:\n%s", FLAGS.task,
-               jax.process_count(), jax.device_count(), config)
+  # The config is logged by the loop once the run really starts: a refused start (a
+  # resume with another config, a batch that does not divide, missing data) ends with
+  # its one-line error, not after a page of config.
+  logging.info("Task %s, %d process(es), %d device(s).", FLAGS.task, jax.process_count(),
+               jax.device_count())
   if config.num_steps == 0:
     print(json.dumps({"task": FLAGS.task, "model": config.model.get("name"),
                       "cell": config.model.get("cell"),
@@ -162,4 +169,4 @@ def _main(stop):
 
 if __name__ == "__main__":
   define_config_flag(sys.argv)
-  app.run(main)
+  launch.run_app(main)

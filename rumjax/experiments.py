@@ -47,6 +47,7 @@ import json
 import numbers
 import os
 import platform
+import re
 import statistics
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -578,6 +579,31 @@ def pretrain_summary(record: Mapping[str, Any]) -> dict:
                                       "num_params", "wall_sec_total", "cpu_sec_total")}
 
 
+def tiny_label(label: str, paper_size: Optional[int], tiny_size: Optional[int]) -> str:
+  """The label of a paper's model trained at ``--tiny`` sizes: the hidden size it names
+  (``paper_size``) replaced by the one it has, parameter counts such as ``(0.41M)``
+  dropped, and ``(tiny)`` added: ``tiny_label("RUM 100 λ=1", 100, 8) == "RUM 8 λ=1
+  (tiny)"``."""
+  if paper_size is not None and tiny_size is not None and tiny_size != paper_size:
+    label = re.sub(rf"(?<![\d.]){int(paper_size)}(?![\d.])", str(int(tiny_size)), label)
+  label = re.sub(r"\s*\(\d+(?:\.\d+)?[kM]\)", "", label)
+  return f"{label} (tiny)"
+
+
+def model_label(exp: Experiment, key: str, options: Options, config) -> str:
+  """Model ``key``'s label in tables and figures: the experiment's (the paper's), or with
+  ``options.tiny`` its :func:`tiny_label` (never "RUM 100" for a model of hidden size 8)."""
+  label = exp.models[key][0]
+  if not options.tiny:
+    return label
+  try:
+    paper_size = model_config(exp, key, dataclasses.replace(options, tiny=False)
+                              ).model.get("hidden_size")
+  except ValueError:   # an option valid only at tiny sizes: no paper size to replace
+    paper_size = None
+  return tiny_label(label, paper_size, config.model.get("hidden_size"))
+
+
 def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
                            options: Options, seed: Optional[int] = None,
                            pre_config=None) -> dict:
@@ -593,7 +619,7 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
   returned as it is (the model does not fine-tune from it).
   """
   model_dir = seed_dir(exp_dir, key, seed)
-  label = exp.models[key][0]
+  label = model_label(exp, key, options, config)
   info = {"model": key, "label": label, "tiny": options.tiny, "seed": config.get("seed")}
   budget = ([training.TimeBudget(60 * options.budget_minutes)]
             if options.budget_minutes else [])

@@ -359,3 +359,24 @@ def test_source_record_and_tag():
                                                                      "sha256": "e3"}})
   assert prepare._changes(a, {"x.txt": {"bytes": 5, "sha256": "cd"}}) == [
       "x.txt: 3 -> 5 bytes"]
+
+
+def test_a_wrong_babi_folder_is_not_called_changed_files_and_leaves_no_folder(tmp_path,
+                                                                              caplog):
+  """Issue 46, item 7: --config.manual_dir pointing at another data set (here PTB's files)
+  after bAbI was prepared from the right folder: the error lists the bAbI files to create,
+  no line says the source files 'changed since' the good data was prepared (advice that
+  points at the good data), and no empty folder is left under <data_dir>/babi/."""
+  data_dir = tmp_path / "tfds"
+  good = babi.prepare("en", 1, _babi(tmp_path / "babi"), str(data_dir))
+  before = sorted(os.listdir(data_dir / "babi"))
+  assert os.path.basename(os.path.dirname(good.data_dir)) in before
+  wrong = _ptb(tmp_path / "ptb")
+  for _ in range(2):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), pytest.raises(FileNotFoundError) as err:
+      babi.prepare("en", 1, wrong, str(data_dir))
+    assert f"{wrong}/en/qa1_single-supporting-fact_train.txt" in _one_line(err)
+    assert not _said(caplog, "changed since")
+    assert sorted(os.listdir(data_dir / "babi")) == before
+  assert prepare.remove_empty_folders([str(data_dir / "babi")]) == []   # holds the data

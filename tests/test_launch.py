@@ -73,12 +73,48 @@ def _flatten(tree, prefix=""):
   return {prefix: tree}
 
 
-def test_help_documents_every_flag():
-  out = subprocess.run([sys.executable, "-m", "launch.train", "--helpfull"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300).stdout
+def test_help_and_helpfull_exit_0_and_show_the_config_nesting():
+  """Issue 46, item 4: --help and --helpfull exit 0 (absl's exit 1); --helpfull lists every
+  flag and each config field as the flag that sets it, so the nesting under
+  --config.model. shows (absl printed the nested config without its indentation)."""
+  outputs = {}
+  for flag in ("--help", "--helpfull"):
+    proc = subprocess.run([sys.executable, "-m", "launch.train", flag], cwd=REPO,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outputs[flag] = proc.stdout
   for flag in ("--task", "--cell", "--workdir", "--steps", "--batch_size", "--seed",
                "--eval_every", "--checkpoint_every", "--distributed", "--config"):
-    assert flag in out, flag
+    assert flag in outputs["--helpfull"] and flag in outputs["--help"], flag
+  lines = outputs["--helpfull"].splitlines()
+  assert "  --config.model.hidden_size=100" in lines and "  --config.batch_size=32" in lines
+  assert "  --config.evals.test.every=250" in lines
+  assert "--[no]only_check_args" in outputs["--helpfull"]   # absl's flags: full help only
+  assert "--[no]only_check_args" not in outputs["--help"]
+  evaluate = subprocess.run([sys.executable, "-m", "launch.evaluate", "--help"], cwd=REPO,
+                            env=_env(), capture_output=True, text=True, timeout=300)
+  assert evaluate.returncode == 0 and "--workdir" in evaluate.stdout, evaluate.stderr[-2000:]
+
+
+def test_help_text_lists_nested_fields_by_their_flag():
+  import ml_collections
+  import launch
+  config = ml_collections.ConfigDict({"b": 1, "model": {"lam": 0.5, "cell": "rum"},
+                                      "evals": {"test": {"every": 0}}})
+  assert list(launch.config_lines(config)) == [
+      "--config.b=1", "--config.evals.test.every=0", "--config.model.cell='rum'",
+      "--config.model.lam=0.5"]
+  assert launch.help_requested(["x", "--task=a", "--helpfull"]) is False
+  assert launch.help_requested(["x", "-?"]) is True
+  assert launch.help_requested(["x", "--", "--help"]) is None
+  assert launch.help_requested(["x", "--task=help"]) is None
+
+
+def test_cpu_devices_beyond_the_cores_warn():
+  import launch
+  assert launch.cpu_devices_warning("3", 2).startswith(
+      "--cpu_devices=3 is more than the 2 core(s) of this machine")
+  assert [launch.cpu_devices_warning(v, 2) for v in ("2", "1", "auto", None)] == [None] * 4
 
 
 @pytest.mark.parametrize("args,message", [
@@ -118,9 +154,15 @@ def test_a_real_and_a_learned_lam_train_from_the_command_line(tmp_path):
 
 
 def test_steps_zero_prints_the_parameter_count(tmp_path):
-  proc = _run(str(tmp_path / "count"), "--steps=0", "--cell=gru")
+  """--steps=0 prints the count; also (issue 46, item 8) --cpu_devices above the core
+  count warns, and no launch prints JAX's libtpu.so INFO line."""
+  too_many = (os.cpu_count() or 1) + 1
+  proc = _run(str(tmp_path / "count"), "--steps=0", "--cell=gru",
+              f"--cpu_devices={too_many}")
   record = json.loads(proc.stdout.strip().splitlines()[-1])
   assert record["cell"] == "gru" and record["num_params"] > 0
+  assert f"--cpu_devices={too_many} is more than the {os.cpu_count()} core(s)" in proc.stderr
+  assert "libtpu.so" not in proc.stderr
 
 
 @pytest.mark.slow   # ~35 s; resume exactness is also checked by test_task_ptb (in-process)
@@ -165,9 +207,6 @@ def test_four_devices_equal_one_device_and_batch_must_divide(tmp_path):
   # A run saved on 4 devices resumes on 1 (another topology) and continues.
   _run(str(tmp_path / "four"), "--steps=4", devices=1)
   assert _params(str(tmp_path / "four"))[0] == 4
-  proc = _run(str(tmp_path / "odd"), "--steps=3", "--batch_size=6", devices=4, check=False)
-  assert proc.returncode != 0
-  assert "batch_size=6 is not divisible by the number of devices (4)" in proc.stderr
 
 
 def _free_port():
@@ -332,24 +371,68 @@ def _snapshot(workdir):
   return out
 
 
+# A line of the config dump (every task's config has this field): printed once a run
+# really starts, never before a refused start's one-line error.
+CONFIG_LINE = "adagrad_init: "
+
+
 def test_resume_with_another_model_is_a_one_line_error_and_touches_nothing(tmp_path):
   """Issue 27, rows 1 and 5: --config.model.hidden_size=16 or --cell=gru over a run of
   hidden size 8 with RUM: exit 1, one line naming the field with both values, no
-  traceback, and the workdir (config.json, metrics.jsonl, events, checkpoints) unchanged."""
+  traceback, and the workdir (config.json, metrics.jsonl, events, checkpoints) unchanged.
+  Issue 46, item 3: nothing of the config is printed before that line (it is printed
+  when a run starts). Item 6: the finished run again with --steps=1 is a one-line error,
+  with --steps=2 a no-op that says so; the workdir stays byte-identical (config.json not
+  rewritten, no second final record in metrics.jsonl)."""
   workdir = str(tmp_path / "run")
   first = _run(workdir, "--steps=2", "--checkpoint_every=1")
   assert "Traceback" not in first.stderr and "Event loop is closed" not in first.stderr
+  assert "Starting at step 0 of 2 on 1 device(s); config:" in first.stderr
+  assert CONFIG_LINE in first.stderr
   before = _snapshot(workdir)
   for args, field in [(["--config.model.hidden_size=16"],
                        "config.model.hidden_size: 8 in the workdir, 16 now"),
-                      (["--cell=gru"], "config.model.cell: 'rum' in the workdir, 'gru' now")]:
+                      (["--cell=gru"], "config.model.cell: 'rum' in the workdir, 'gru' now"),
+                      (["--steps=1"], "holds a run at step 2, past num_steps=1 (--steps)")]:
     proc = _run(workdir, "--steps=4", *args, check=False)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: workdir ") and field in last, last
-    assert f"--config.init_from={workdir}" in last
+    assert "--workdir" in last and CONFIG_LINE not in proc.stderr
     assert _snapshot(workdir) == before
+  again = _run(workdir, "--steps=2", "--checkpoint_every=1")
+  assert "the run finished at step 2 already" in again.stderr
+  assert json.loads(again.stdout.strip().splitlines()[-1])["stop_reason"] == "finished"
+  assert _snapshot(workdir) == before
+
+
+def test_refused_starts_print_the_error_last_and_leave_no_workdir(tmp_path):
+  """Issue 46, items 3 and 8: a batch that does not divide over the devices and a bAbI
+  folder without the bAbI files end with their one-line error, print nothing of the
+  config, and leave no new workdir behind (it held only an empty run.lock)."""
+  odd = tmp_path / "odd"
+  proc = _run(str(odd), "--steps=3", "--batch_size=6", devices=4, check=False)
+  assert proc.returncode != 0
+  assert "batch_size=6 is not divisible by the number of devices (4)" in (
+      proc.stderr.strip().splitlines()[-1])
+  assert CONFIG_LINE not in proc.stderr and not odd.exists()
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  wrong = tmp_path / "ptb"
+  wrong.mkdir()
+  (wrong / "ptb.train.txt").write_text(" the cat \n")
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.train", "--task=babi", f"--workdir={empty}",
+       f"--config.manual_dir={wrong}", f"--config.data_dir={tmp_path / 'tfds'}",
+       "--config.version=en", "--steps=2"], cwd=REPO, env=_env(), capture_output=True,
+      text=True, timeout=600)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: bAbI en_qa1: ") and str(wrong / "en") in last, last
+  assert CONFIG_LINE not in proc.stderr
+  assert empty.is_dir() and not os.listdir(empty)            # as it was: empty
+  assert set(os.listdir(tmp_path / "tfds" / "babi")) <= {".config"}   # no empty data folder
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

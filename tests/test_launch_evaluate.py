@@ -2,6 +2,8 @@
 training run logged at that step, and bad input is a one-line error."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -46,10 +48,21 @@ def test_bad_input_is_one_line(run, args, message):
   assert message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
 
 
-def test_a_workdir_without_config_needs_the_task(tmp_path):
-  proc = _evaluate(f"--workdir={tmp_path / 'nothing'}")
-  assert proc.returncode != 0 and "Traceback" not in proc.stderr
-  assert "config.json; pass --task" in proc.stderr.strip().splitlines()[-1]
+def test_a_workdir_without_config_says_the_real_problem_first(run, tmp_path):
+  """Issue 46, item 5: an empty folder is no training run (passing --task would only lead
+  to 'no checkpoints'); a missing folder is named; only checkpoints without config.json
+  need --task (and --variant)."""
+  (tmp_path / "empty").mkdir()
+  shutil.copytree(run, tmp_path / "no_config")
+  os.remove(tmp_path / "no_config" / "config.json")
+  for folder, message in [
+      ("empty", f"error: no training run in '{tmp_path / 'empty'}' (no checkpoints/ and no "
+                "config.json); pass the --workdir of a training run."),
+      ("missing", f"error: workdir '{tmp_path / 'missing'}' does not exist"),
+      ("no_config", f"error: no {tmp_path / 'no_config' / 'config.json'}; pass --task")]:
+    proc = _evaluate(f"--workdir={tmp_path / folder}")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
 
 
 def test_evaluation_reads_a_workdir_in_use_and_writes_nothing(run):

@@ -54,7 +54,9 @@ def _check_common(root, summary, name):
   hw = summary["hardware"]
   assert hw["platform"] == "cpu" and hw["cpu_count"] >= 1
   for key, r in summary["models"].items():
-    assert r["model"] == key and r["label"] == EXPERIMENTS[name].models[key][0]
+    assert r["model"] == key and r["label"] == experiments.tiny_label(
+        EXPERIMENTS[name].models[key][0], experiments.model_config(
+            EXPERIMENTS[name], key).model.hidden_size, 8)
     assert (r["steps"], r["target_steps"], r["status"], r["error"]) == (3, 3, "ok", None)
     assert r["tiny"] and r["config"]["model"]["hidden_size"] == 8 and r["num_params"] > 0
     assert r["config"]["num_steps"] == 3 and r["config"]["eval_every"] == 2
@@ -98,6 +100,9 @@ def test_copying(runs):
   with open(os.path.join(root, "copying_T200", "results.md")) as f:
     table = f.read()
   assert f"Memoryless baseline: {baseline:.4f}." in table
+  # Issue 46, item 8: the tiny model (hidden 8) is not labelled with the paper's size.
+  assert "| RUM 8 λ=1 η=N/A (tiny) |" in table and "RUM 100" not in table
+  assert "| GRU 8 (tiny) |" in table
   assert "stays at the memoryless baseline" in table
   logged = [json.loads(line) for line in lines]
   assert [(x["experiment"], x["model"], x["status"]) for x in logged] == [
@@ -301,7 +306,7 @@ def test_seeds_mean_std_and_resume(tmp_path):
   assert summary["seeds"] == [3, 0] and list(summary["models"]) == ["gru"]
   r = summary["models"]["gru"]
   assert (r["seeds"], r["n"], r["steps"], r["status"]) == ([3, 0], 2, 2, "ok")
-  assert r["paper"]["test_accuracy_pct"] == 21.5 and r["label"] == "GRU"
+  assert r["paper"]["test_accuracy_pct"] == 21.5 and r["label"] == "GRU (tiny)"
   exp_dir = os.path.join(root, "recall_T30")
   assert not os.path.exists(os.path.join(exp_dir, "gru", "result.json"))
   runs = [r["runs"][str(s)] for s in (3, 0)]
@@ -645,3 +650,13 @@ def test_a_diverged_pretraining_is_not_fine_tuned_from(tmp_path, monkeypatch):
   assert (pre["status"], pre["phase"]) == ("diverged", "pretrain")
   assert not os.path.exists(os.path.join(model_dir, "result.json"))
   assert summary["models"] == {}
+
+
+def test_tiny_labels_name_the_size_trained():
+  """Issue 46, item 8: a --tiny model's label names its own hidden size (never the
+  paper's), drops the paper's parameter count and says it is tiny."""
+  assert experiments.tiny_label("RUM 100 λ=1 η=N/A", 100, 8) == "RUM 8 λ=1 η=N/A (tiny)"
+  assert experiments.tiny_label("RUM 350 (0.41M)", 350, 8) == "RUM 8 (tiny)"
+  assert experiments.tiny_label("StarSaber 4x256", 256, 16) == "StarSaber 4x16 (tiny)"
+  assert experiments.tiny_label("EURNN 250 (lr 1e-4)", 250, 8) == "EURNN 8 (lr 1e-4) (tiny)"
+  assert experiments.tiny_label("RUM λ=1", 50, 8) == "RUM λ=1 (tiny)"

@@ -19,6 +19,7 @@ there is and return.
 
 import contextlib
 import functools
+import json
 import os
 import signal
 import threading
@@ -145,6 +146,7 @@ class StopRequest:
 
 
 def _check_workdir(workdir: str) -> None:
+  """Makes ``workdir``; a one-line ``ValueError`` if it cannot be written."""
   try:
     os.makedirs(workdir, exist_ok=True)
     probe = os.path.join(workdir, f".write_test_{jax.process_index()}")
@@ -397,15 +399,46 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
     ``train_*`` metrics, the final evaluators' metrics, what hooks add (e.g.
     ``best_step``), and ``params`` (``None`` if stopped before there was a state).
   """
-  with contextlib.ExitStack() as stack:
-    if stop is None:
-      stop = stack.enter_context(StopRequest())
-    _check_workdir(workdir)
-    _lock_workdir(workdir, stack)
-    workdir_lib.check_resume(config, workdir)
-    if stop.requested:
-      return _stopped_before_start(workdir)
-    return _train(config, workdir, task, hooks, stop)
+  existed = os.path.isdir(workdir)
+  fresh = not existed or not os.listdir(workdir)
+  _check_workdir(workdir)
+  try:
+    with contextlib.ExitStack() as stack:
+      if stop is None:
+        stop = stack.enter_context(StopRequest())
+      _lock_workdir(workdir, stack)
+      workdir_lib.check_resume(config, workdir)
+      workdir_lib.check_steps(config, workdir)
+      if stop.requested:
+        return _stopped_before_start(workdir)
+      return _train(config, workdir, task, hooks, stop)
+  except BaseException:
+    if fresh and jax.process_index() == 0:   # a refused start leaves it as it was
+      workdir_lib.remove_unused(workdir, remove_folder=not existed)
+    raise
+
+
+def finished_record(workdir: str, step: int, evals) -> Optional[dict]:
+  """The metrics of the final evaluation at ``step`` in ``<workdir>/metrics.jsonl`` (every
+  ``at_end`` evaluator's metrics, from the records at that step), or ``None`` if that
+  evaluation is not there (it never ran, or the run was killed during it)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.isfile(path):
+    return None
+  records = []
+  with open(path) as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except ValueError:   # a torn last line of a killed run
+        continue
+      if isinstance(record, dict) and record.get("step") == step:
+        records.append(record)
+  metrics = {k: v for r in records for k, v in r.items() if k != "step"}
+  if not records or not all(any(k.startswith(ev.name + "_") for k in metrics)
+                            for ev in evals if ev.at_end):
+    return None
+  return metrics
 
 
 def _stopped_before_start(workdir: str) -> dict:
@@ -427,10 +460,20 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest) -> dict:
   num_steps = config.num_steps
   progress = progress_lib.Progress(num_steps, step, enabled=jax.process_index() == 0)
   try:
-    if jax.process_index() == 0:
-      utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
     evals = make_evaluators(config, task, model, mesh)
     hooks = [*hooks, *_config_hooks(config, evals)]
+    if step >= num_steps:
+      done = finished_record(workdir, step, evals)
+      if done is not None:
+        logging.warning("%s: the run finished at step %d already (its final evaluation is "
+                        "in metrics.jsonl); nothing to do, nothing written.", workdir, step)
+        return {**done, "step": step, "preempted": False, "stop_reason": "finished",
+                "params": state.params}
+    if jax.process_index() == 0:
+      utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    logging.info("%s at step %d of %d on %d device(s); config:\n%s",
+                 "Resuming" if step else "Starting", step, num_steps, mesh.devices.size,
+                 config)
     step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
                                         loss_and_metrics=task.loss_and_metrics),
                       donate_argnums=0)

@@ -169,3 +169,43 @@ def check_resume(config, workdir: str) -> None:
         f"--config.init_from={workdir} (a resumed run may change only num_steps, the "
         "evaluation, logging and checkpoint cadence, and data locations: "
         "rumjax.configs.RESUME_MAY_CHANGE).")
+
+
+def remove_unused(workdir: str, remove_folder: bool) -> list[str]:
+  """Undoes what a run refused at its start left in a ``workdir`` that was empty or absent
+  before it: an empty ``run.lock`` and empty folders (e.g. ``checkpoints/``), then, with
+  ``remove_folder``, the workdir itself if nothing else is left. A file with content is
+  never removed (a run that wrote something keeps it), nor anything while ``run.lock``
+  names a holder (another run took the workdir). Returns the paths removed."""
+  removed = []
+  lock = os.path.join(workdir, LOCK_FILE)
+  if os.path.isfile(lock):
+    if os.path.getsize(lock):   # held by another run (this one was refused): its folder
+      return removed
+    os.remove(lock)
+    removed.append(lock)
+  for root, dirs, _ in os.walk(workdir, topdown=False):
+    for name in dirs:
+      path = os.path.join(root, name)
+      if not os.listdir(path):
+        os.rmdir(path)
+        removed.append(path)
+  if remove_folder and os.path.isdir(workdir) and not os.listdir(workdir):
+    os.rmdir(workdir)
+    removed.append(workdir)
+  return removed
+
+
+def check_steps(config, workdir: str) -> None:
+  """One-line :class:`WorkdirError` if ``workdir``'s latest checkpoint is past
+  ``config.num_steps`` (e.g. ``--steps=300`` over a finished 500-step run): a run cannot go
+  back, and going on would rewrite ``config.json`` and log a second final evaluation.
+  Reads only."""
+  from rumjax.training import checkpoint as checkpoint_lib
+  steps = checkpoint_lib.checkpoint_steps(workdir)
+  if steps and steps[-1] > config.num_steps:
+    raise WorkdirError(
+        f"workdir {workdir!r} holds a run at step {steps[-1]}, past num_steps="
+        f"{config.num_steps} (--steps): a run does not go back; pass --steps={steps[-1]} or "
+        f"more to resume it, evaluate it with python -m launch.evaluate --workdir={workdir}, "
+        "or pass a new --workdir.")

@@ -250,6 +250,42 @@ class ExamplesByIndex:
       yield ex["index"], ex
 
 
+def has_sources(record: Mapping) -> bool:
+  """Whether a :func:`source_record` found any of its files (else ``manual_dir`` holds
+  none of them: a wrong folder, not changed files, so there is nothing to compare)."""
+  return any(v is not None for v in record.values())
+
+
+def absent_folders(path, levels: int) -> list[str]:
+  """``path`` and its parents, ``levels`` folders in all, that do not exist yet, deepest
+  first (what a failed preparation may leave behind, empty)."""
+  out, path = [], epath.Path(path)
+  for _ in range(levels):
+    if not path.exists():
+      out.append(os.fspath(path))
+    path = path.parent
+  return out
+
+
+def remove_empty_folders(folders: Sequence[str]) -> list[str]:
+  """Removes each folder of ``folders`` (deepest first) that holds nothing but empty
+  folders; one with a file anywhere in it is kept (another run may be preparing there).
+  Returns the folders removed."""
+  removed = []
+  for folder in folders:
+    if not os.path.isdir(folder) or any(files for _, _, files in os.walk(folder)):
+      continue
+    try:
+      for root, dirs, _ in os.walk(folder, topdown=False):
+        for name in dirs:
+          os.rmdir(os.path.join(root, name))
+      os.rmdir(folder)
+      removed.append(folder)
+    except OSError:   # a file appeared meanwhile (a concurrent run): keep the rest
+      continue
+  return removed
+
+
 def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: str = "",
             *, wait_seconds: float = 600.0, record: Optional[Mapping] = None,
             dataset: str = "") -> tfds.core.DatasetBuilder:
@@ -273,7 +309,8 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
   config = tfds.download.DownloadConfig(manual_dir=manual_dir or None)
   with _quiet_custom_config():
     builder = make_builder()
-  if record is not None and not (epath.Path(builder.data_path) / "dataset_info.json").exists():
+  if (record is not None and has_sources(record)
+      and not (epath.Path(builder.data_path) / "dataset_info.json").exists()):
     previous = previous_preparation(builder)
     if previous is not None and previous[1] != record:
       folder, old = previous
@@ -282,6 +319,7 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
           f"data in {folder} was prepared ({'; '.join(_changes(old, record))}); preparing "
           f"it again in {builder.data_dir} (the old folder is kept: delete it to free "
           "the space).")
+  new_folders = absent_folders(builder.data_path, levels=2)
   try:
     builder.download_and_prepare(download_config=config)
   except FileExistsError:
@@ -294,6 +332,9 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
       time.sleep(1.0)
     with _quiet_custom_config():
       builder = make_builder()   # its DatasetInfo read from the prepared folder
+  except BaseException:   # e.g. missing source files: no empty folder is left behind
+    remove_empty_folders(new_folders)
+    raise
   if record is not None:
     _write_record(builder, record)
   return builder
