@@ -75,6 +75,15 @@ float32); the point is that an accelerator gets the policy::
 
     python -m launch.benchmark --shapes=recall --candidates=gru,lstm,rum1 --dtype=bfloat16
 
+On a GPU (``.ci/accelerator`` runs this): the fused kernel (``rum1_kernel``), the XLA scan
+(``rum1``), its cheap levers (``rum1_unroll8``; XLA's command buffers for while loops through
+``XLA_FLAGS=--xla_gpu_enable_command_buffer=...,WHILE``, a separate run) and PyTorch's cuDNN
+GRU and LSTM (``torch_gru``, ``torch_lstm``, only where PyTorch is importable: never a
+dependency); ``x torch GRU`` is every candidate's ratio to PyTorch's GRU::
+
+    python -m launch.benchmark --shapes=copying \
+        --candidates=torch_gru,torch_lstm,gru,rum1,rum1_unroll8,rum1_kernel --repeats=10
+
 The measurements live in ``rumjax.benchmarks`` (one module per table); this file parses the
 flags, runs them and prints.
 """
@@ -86,7 +95,7 @@ import sys
 import jax
 from absl import app, flags
 
-from rumjax.benchmarks import cells, decoding, encoders, lm, timing
+from rumjax.benchmarks import cells, decoding, encoders, lm, timing, torch_anchor
 from rumjax.cells.base import DTYPES, resolve_dtype
 from rumjax import sharding
 from tasks import ptb
@@ -98,8 +107,11 @@ flags.DEFINE_string("cpu_devices", "auto", "CPU devices for JAX: a number or 'au
                     "per core); the ':dp' candidates split the batch over them.")
 flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:dp",
                                  "rum1:dp"],
-                  "Any of gru, lstm, rum0, rum1 (fast rum_scan, lam 0/1), rum0_ref, rum1_ref "
-                  "(the autodiff reference scan), lstmn, lstmn_ref.")
+                  "Any of gru, lstm, rum0, rum1 (rum_scan's XLA fast path, lam 0/1), "
+                  "rum0_ref, rum1_ref (the autodiff reference scan), rum0_kernel, "
+                  "rum1_kernel (the fused Pallas kernel), rum0_unroll8, rum1_unroll8 "
+                  "(lax.scan unroll=8), lstmn, lstmn_ref, and where PyTorch is importable "
+                  "torch_gru, torch_lstm (cuDNN on a GPU); ':dp' splits the batch.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (median reported).")
 flags.DEFINE_string("dtype", "float32", "Computation dtype of every table, the precision "
                     f"policy: one of {', '.join(DTYPES)} (parameters stay float32).")
@@ -200,6 +212,8 @@ def run_lm(results):
 
 def run_training(results, peak):
   """The training-step table over ``--shapes``."""
+  if any(c.startswith("torch_") for c in FLAGS.candidates):
+    print(torch_anchor.torch_version())
   print(cells.format_header())
   for name in FLAGS.shapes:
     shape = cells.parse_shape(name)

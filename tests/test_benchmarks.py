@@ -127,12 +127,37 @@ def _check_table(lines, placeholders):
 
 def test_format_training_table():
   rows = {"gru": _row(1.5, ratio_gru=1.0, ratio_best_gru=1.0),
-          "rum1:dp": _row(2.5, ratio_best_gru=1.7, ratio_lstm=0.9, rss_mb=345.6)}
+          "rum1:dp": _row(2.5, ratio_best_gru=1.7, ratio_lstm=0.9, rss_mb=345.6,
+                          ratio_torch_gru=2.25)}
   lines = [cells.format_header()] + cells.format_rows("4x5x3x4", rows).split("\n")
   assert lines[0].split()[:3] == ["shape", "cand", "ms/step"]
-  assert lines[2].split() == ["4x5x3x4", "rum1:dp", "2.50", "-", "1.70", "0.90", "0.50",
-                              "1.2", "346", "0.01", "0.10", "0.07"]
-  _check_table(lines, placeholders=3)   # gru: x LSTM, RSS; rum1:dp: x GRU
+  assert lines[2].split() == ["4x5x3x4", "rum1:dp", "2.50", "-", "1.70", "0.90", "2.25",
+                              "0.50", "1.2", "346", "0.01", "0.10", "0.07"]
+  _check_table(lines, placeholders=4)   # gru: x LSTM, x torch GRU, RSS; rum1:dp: x GRU
+
+
+def test_add_ratios_to_the_torch_gru_where_it_ran():
+  rows = {"torch_gru": _row(2.0), "rum1_kernel": _row(3.0), "gru": _row(8.0)}
+  cells.add_ratios(rows)
+  assert rows["rum1_kernel"]["ratio_torch_gru"] == 1.5 and rows["gru"]["ratio_torch_gru"] == 4.0
+  rows = {"gru": _row(2.0), "rum1": _row(3.0)}
+  cells.add_ratios(rows)
+  assert "ratio_torch_gru" not in rows["rum1"]
+
+
+@pytest.mark.parametrize("cand,impl,unroll", [("rum1_kernel", "kernel", 1),
+                                              ("rum0_unroll8", "fast", 8),
+                                              ("rum1_ref", "reference", 1),
+                                              ("rum0", "fast", 1)])
+def test_rum_candidates_reach_their_implementation(cand, impl, unroll, monkeypatch):
+  """Each RUM candidate calls rum_scan with its impl and unroll."""
+  seen = []
+  real = cells.core.rum_scan
+  monkeypatch.setattr(cells.core, "rum_scan",
+                      lambda *a, **kw: seen.append((kw["impl"], kw["unroll"])) or real(*a, **kw))
+  loss, params = cells._loss_and_params(cand, jnp.ones((2, 3, 4)), 5)
+  loss(params, jnp.ones((2, 3, 4)))
+  assert seen == [(impl, unroll)]
 
 
 def test_format_decoding_table():

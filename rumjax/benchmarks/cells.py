@@ -1,5 +1,12 @@
-"""Training steps of the recurrent cells side by side: RUM (fast and reference scans, lam
-0/1) against Flax's GRU and LSTM and the LSTMN, on one device or data-parallel (``:dp``).
+"""Training steps of the recurrent cells side by side: RUM (the fused kernel, the XLA fast
+scan with and without ``unroll``, the reference scan; lam 0/1) against Flax's GRU and LSTM,
+the LSTMN and, where PyTorch is importable, PyTorch's GRU and LSTM (cuDNN on a GPU), on one
+device or data-parallel (``:dp``).
+
+RUM candidates: ``rum0`` / ``rum1`` (``rum_scan(impl="fast")``, the XLA scan), with the
+suffix ``_ref`` (the autodiff reference), ``_kernel`` (``impl="kernel"``: the fused Pallas
+kernel; Pallas's interpret mode, very slow, off GPUs) or ``_unroll8`` (the XLA scan with
+``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
 states, jit-compiled, in a computation dtype (``dtype``: float32 or bfloat16, the
@@ -19,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax import core
-from rumjax.benchmarks import timing
+from rumjax.benchmarks import timing, torch_anchor
 from rumjax.cells.base import resolve_dtype
 from rumjax import sharding
 
@@ -29,7 +36,11 @@ SHAPES = {  # name: (B, T, Nx, Nh)
     "ptb": (128, 150, 128, 1000),
 }
 CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
-              "lstmn", "lstmn_ref")
+              "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
+              "lstmn_ref") + torch_anchor.KINDS
+# RUM candidates' suffixes: (impl, unroll).
+RUM_VARIANTS = {"": ("fast", 1), "ref": ("reference", 1), "kernel": ("kernel", 1),
+                "unroll8": ("fast", 8)}
 # The RUM candidates' lam: rum05 is a real lam (0.5; the checkpointed scan, "_ref" the plain
 # one), whose step adds an eigh of Nh x Nh per example and time step.
 RUM_LAMS = {"rum0": 0, "rum1": 1, "rum05": 0.5}
@@ -47,7 +58,7 @@ def parse_shape(name):
 
 def matmul_flops(cand, b, t, nx, nh):
   """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
-  cand = cand.split(":")[0]
+  cand = cand.split(":")[0].removeprefix("torch_")
   if cand.startswith("lstmn"):
     gates = 2 * b * (nx + nh) * 4 * nh * 3                       # forward + 2 gradients
     attn = 2 * b * (nh + nx + nh) * nh * 3                       # W_h h_t, W_x x_t, W_h~ h~
@@ -87,15 +98,16 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     cell = nn.GRUCell if cand == "gru" else nn.OptimizedLSTMCell
     model = nn.RNN(cell(nh, dtype=dtype))
     return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
-  impl = "reference" if cand.endswith("_ref") else "fast"
-  if cand.startswith("lstmn"):
+  base, _, variant = cand.partition("_")
+  impl, unroll = RUM_VARIANTS[variant]
+  if base == "lstmn":
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
     return (lambda p, x: sum_squares(
         core.lstmn_scan(cast_params(p, dtype), x, impl=impl)[0])), params
-  lam = RUM_LAMS[cand.removesuffix("_ref")]
+  lam = RUM_LAMS[base]
   params = core.init_rum_params(jax.random.key(1), nx, nh)
-  return (lambda p, x: sum_squares(
-      core.rum_scan(cast_params(p, dtype), x, lam=lam, impl=impl)[1])), params
+  return (lambda p, x: sum_squares(core.rum_scan(
+      cast_params(p, dtype), x, lam=lam, impl=impl, unroll=unroll)[1])), params
 
 
 def make_step(cand, shape, dtype=jnp.float32):
@@ -108,6 +120,8 @@ def make_step(cand, shape, dtype=jnp.float32):
   cand, _, mode = cand.partition(":")
   if mode not in ("", "dp"):
     raise ValueError(f"candidate suffix must be ':dp', got {mode!r}.")
+  if cand in torch_anchor.KINDS:
+    raise ValueError(f"{cand!r} is PyTorch's step (torch_anchor.make_step), without ':dp'.")
   dtype = resolve_dtype(dtype)
   b, t, nx, nh = shape
   xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32).astype(dtype)
@@ -141,8 +155,21 @@ def measure_rss(cand, shape_name, cpu_devices, dtype="float32"):
   return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
 
+def _torch_row(c, shape, runs, dtype):
+  """PyTorch's step (no compilation: the first call is the warm-up) into ``runs[c]``."""
+  step = torch_anchor.make_step(c, shape, dtype)
+  t0 = timing.time.perf_counter()
+  step()
+  runs[c] = (step, ())
+  nan = float("nan")
+  return {"compile_s": timing.time.perf_counter() - t0, "xla_mb": nan, "xla_temp_mb": nan,
+          "matmul_gflop": matmul_flops(c, *shape) / 1e9}
+
+
 def _compile_row(c, shape, runs, dtype=jnp.float32):
   """Compiles ``c``'s step into ``runs[c]``; its row: compile time, XLA MB, matmul GFLOP."""
+  if c in torch_anchor.KINDS:
+    return _torch_row(c, shape, runs, dtype)
   f, params, xs = make_step(c, shape, dtype)
   runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
   mem = runs[c][0].memory_analysis()
@@ -156,9 +183,12 @@ def _compile_row(c, shape, runs, dtype=jnp.float32):
 
 
 def add_ratios(rows):
-  """``ratio_gru`` (same mode), ``ratio_lstm`` (same mode), ``ratio_best_gru``."""
+  """``ratio_gru`` (same mode), ``ratio_lstm`` (same mode), ``ratio_best_gru`` and, where
+  ``torch_gru`` ran, ``ratio_torch_gru`` (to PyTorch's GRU: cuDNN on a GPU)."""
   grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
   for c, r in rows.items():
+    if "torch_gru" in rows:
+      r["ratio_torch_gru"] = r["ms"] / rows["torch_gru"]["ms"]
     same = "gru:dp" if c.endswith(":dp") else "gru"
     if same in grus:
       r["ratio_gru"] = r["ms"] / grus[same]
@@ -189,8 +219,8 @@ def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=F
 
 def format_header():
   """The training table's header line."""
-  return (f"{'shape':>16} {'cand':>9} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
-          f"{'x LSTM':>6} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} "
+  return (f"{'shape':>16} {'cand':>12} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+          f"{'x LSTM':>6} {'x torch GRU':>11} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} "
           f"{'mm@peak ms':>10} {'mm frac':>7}")
 
 
@@ -204,8 +234,9 @@ def format_rows(name, rows):
   for c, r in rows.items():
     rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
     lines.append(
-        f"{name:>16} {c:>9} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
-        f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} {r['compile_s']:9.2f} "
+        f"{name:>16} {c:>12} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
+        f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} "
+        f"{_ratio(r, 'ratio_torch_gru', 11)} {r['compile_s']:9.2f} "
         f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
         f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
   return "\n".join(lines)
