@@ -183,3 +183,12 @@ def test_kernel_is_interpreted_off_gpus():
   """Lowered for a CPU, the same function holds no Triton kernel (interpret mode)."""
   module = _lower_training_step("cpu", 1, 2, 3, 3, 5, jnp.float32)
   assert TRITON not in module and "while" in module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lam", [0, 1])
+def test_kernel_matches_fast_path_long_sequence(lam):
+  """T = 64, Nh = 100 (padded to 128): the backward kernel's rebuild of R over many steps
+  keeps the gradients at the XLA path's (minutes in interpret mode; seconds on a GPU)."""
+  kw = dict(eta=None, activation=jax.nn.relu, update_gate=True)
+  _compare(lam, kw, _problem(lam, 100, nx=10, batch=4, steps=64), 1e-4)
