@@ -130,6 +130,7 @@ ADDED_FIELDS = {
     "model.memory_span": 0,          # issue 31: the PTB LSTMN's attention span
     "warmup_steps": 0,               # issue 32: a linear warm-up of the rate
     "difficulty": "easy",            # issue 32: summ_synthetic's hard variant (2026-11-26)
+    "model.precision": "default",    # issue 44: the matmul precision (2026-11-27)
 }
 
 

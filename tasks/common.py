@@ -96,7 +96,8 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
   the cells that have them (``learn_lam``: RUM's ``lam`` trained, from ``lam``). ``eta`` is
   a typed float placeholder: ``None`` switches time
   normalization off, ``--config.model.eta=1.0`` sets it. ``embed_dim`` ``None`` means
-  one-hot inputs. ``dtype``/``param_dtype``: the precision policy (:func:`add_precision`).
+  one-hot inputs. ``dtype``/``param_dtype``/``precision``: the precision policy
+  (:func:`add_precision`).
   ``fields`` override the defaults (and may add the model's own fields).
   """
   m = ml_collections.ConfigDict()
@@ -119,10 +120,15 @@ def cell_model_config(name: str, **fields: Any) -> ml_collections.ConfigDict:
 def add_precision(model: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Adds the mixed-precision fields to a ``config.model`` (returned for chaining):
   ``dtype`` the computation (``"float32"`` or ``"bfloat16"``, e.g.
-  ``--config.model.dtype=bfloat16``) and ``param_dtype`` the parameters (``"float32"``);
-  see :mod:`rumjax.models.precision` for what stays float32."""
+  ``--config.model.dtype=bfloat16``), ``param_dtype`` the parameters (``"float32"``) and
+  ``precision`` the matmul precision of every ``Dense``, ``Einsum`` and ``dot_general``
+  of the model and its cells (``"default"``: the backend's, TF32 on an NVIDIA GPU and
+  one bfloat16 pass on a TPU; ``"high"``; ``"highest"``: true float32 everywhere, e.g.
+  ``--config.model.precision=highest``); see :mod:`rumjax.models.precision` for what
+  stays float32 and at HIGHEST whatever they say."""
   model.dtype = "float32"
   model.param_dtype = "float32"
+  model.precision = "default"
   return model
 
 

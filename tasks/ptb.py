@@ -84,7 +84,8 @@ def lstmn_core(model: Mapping[str, Any]) -> lstmn.LSTMNCore:
   return lstmn.LSTMNCore(model["hidden_size"], num_layers=model["num_layers"],
                          memory_span=model.get("memory_span") or None,
                          dtype=model.get("dtype"),
-                         param_dtype=model.get("param_dtype", jnp.float32))
+                         param_dtype=model.get("param_dtype", jnp.float32),
+                         precision=model.get("precision"))
 
 
 def validate_config(config: Mapping[str, Any]) -> None:

@@ -155,3 +155,96 @@ def test_a_few_dozen_steps_lower_the_loss(task_name, steps):
     losses.append(float(loss))
   assert np.all(np.isfinite(losses))
   assert np.mean(losses[-5:]) < 0.75 * np.mean(losses[:3]), losses
+
+
+# ------------------------------------------------------------- matmul precision (issue 44)
+
+NH = 7   # 3 NH = 21 and 2 NH = 14: the gates' widths, unlike any other size below
+
+
+def _dots(task_name, precision, **model_fields):
+  """``[(precision, operand and result types)]`` of every ``dot_general`` in the lowered
+  StableHLO of the jitted loss gradient of the task's model (``build_model``), with
+  ``config.model.precision = precision``."""
+  task = tasks.get_task(task_name)
+  c = task.get_config()
+  c.update(TINY[task_name])
+  c.batch_size = 5
+  c.model.update(hidden_size=NH, precision=precision, **model_fields)
+  task.validate_config(c)
+  model, batch = task.build_model(c), next(task.train_data(c))
+  params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]
+
+  def loss(p):
+    return task.loss_and_metrics(model.apply({"params": p}, batch, train=True), batch)[0]
+
+  text = jax.jit(jax.grad(loss)).lower(params).as_text()
+  dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+  assert dots, "no dot_general in the lowered training step"
+  out = []
+  for line in dots:
+    assert "precision = [" in line, line
+    out.append((line.split("precision = [")[1].split("]")[0], line.split(" : ")[-1]))
+  return out
+
+
+def _is_gate(types: str) -> bool:
+  """Whether a dot has an operand or result as wide as RUM's gates (3 NH or 2 NH)."""
+  return any(f"x{w}x" in types or f"<{w}x" in types for w in (3 * NH, 2 * NH))
+
+
+@pytest.mark.parametrize("task_name", ["recall", "copying"])
+def test_precision_highest_puts_every_dot_of_a_training_step_at_highest(task_name):
+  # --config.model.precision=highest: the gates, the head and the rotation path, forward
+  # and backward (rum_scan's hand-written VJP included), all at HIGHEST.
+  dots = _dots(task_name, "highest", cell="rum", lam=1.0)
+  assert sum(_is_gate(t) for _, t in dots) >= 4      # x W_x, h W_h and their gradients
+  assert {p for p, _ in dots} == {"HIGHEST, HIGHEST"}, dots
+
+
+@pytest.mark.parametrize("cell,options", [
+    ("gru", {}), ("lstm", {}), ("lnlstm", {}), ("goru", {}), ("urnn", {}),
+    ("eurnn", {}), ("fwln", {}), ("rum", dict(lam=1.0, layer_norm=True)),
+    ("rum", dict(lam=0.0, eta=1.0))])
+def test_precision_highest_reaches_every_cell(cell, options):
+  dots = _dots("copying", "highest", cell=cell, **options)
+  assert {p for p, _ in dots} == {"HIGHEST, HIGHEST"}, (cell, dots)
+
+
+def test_precision_default_leaves_the_gates_at_the_backends_default():
+  # "default" (Flax's None): the gates' dots carry no precision of their own (DEFAULT: the
+  # backend decides, TF32 on an NVIDIA GPU); the rotation path stays at HIGHEST.
+  dots = _dots("recall", "default", cell="rum", lam=1.0)
+  gates = [p for p, t in dots if _is_gate(t)]
+  assert len(gates) >= 4 and set(gates) == {"DEFAULT, DEFAULT"}, dots
+  assert ("HIGHEST, HIGHEST") in {p for p, _ in dots}      # the rotation
+  assert {p for p, _ in dots} == {"DEFAULT, DEFAULT", "HIGHEST, HIGHEST"}
+
+
+def test_precision_names_are_checked_and_reach_the_cell():
+  c = ml_collections.ConfigDict(dict(name="classifier", cell="rum", hidden_size=5,
+                                     lam=1, precision="highest"))
+  model = models.build_model(c, vocab_size=V, num_classes=2)
+  assert model.precision == jax.lax.Precision.HIGHEST
+  assert model.cell.precision == jax.lax.Precision.HIGHEST
+  assert models.build_model(dict(c, precision="default"), vocab_size=V,
+                            num_classes=2).cell.precision is None
+  with pytest.raises(ValueError, match=r"config.model.precision='float16' is unknown; "
+                                       r"accepted names are \['default', 'high', 'highest'\]"):
+    models.build_model(dict(c, precision="float16"), vocab_size=V, num_classes=2)
+
+
+@pytest.mark.parametrize("name", models.MODELS.names())
+def test_precision_highest_reaches_every_dot_of_every_model(name):
+  # Every registered model at config.model.precision=highest: every Dense, Einsum and dot
+  # of the model and its cells, forward and backward (the LSTMN's and deep fusion's
+  # hand-written backward passes included), lowered at HIGHEST (lowering only, no compile).
+  from tests.test_mixed_precision import _loss, _tiny
+  m, kwargs, batch = _tiny(name, "float32", cell="rum")
+  model = models.build_model(dict(m, precision="highest"), **kwargs)
+  params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]
+  grad = jax.grad(lambda p: _loss(name, model.apply({"params": p}, batch), batch))
+  text = jax.jit(grad).lower(params).as_text()
+  dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+  assert dots and all("precision = [HIGHEST, HIGHEST]" in d for d in dots), (
+      name, [d for d in dots if "precision = [HIGHEST, HIGHEST]" not in d][:3])

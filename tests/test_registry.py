@@ -74,7 +74,9 @@ def test_cell_registry():
   with pytest.raises(ValueError, match=r"has no option\(s\) \['zonout'\].*did you mean "
                                        r"'zoneout'"):
     cells.make_cell("lnlstm", 8, zonout=0.1)
-  assert cells.register_cell("gru", nn.GRUCell) is nn.GRUCell  # re-registering: no-op
+  gru = cells.get_cell_class("gru")   # Flax's GRUCell with the policy's precision field
+  assert issubclass(gru, nn.GRUCell) and "precision" in cells.cell_fields("gru")
+  assert cells.register_cell("gru", gru) is gru  # re-registering: no-op
   with pytest.raises(ValueError, match="already registered as 'gru'"):
     cells.register_cell("gru", nn.LSTMCell)
   assert cells.cell_fields("goru")[:3] == ["features", "capacity", "fft"]

@@ -37,8 +37,16 @@ the gates run in bfloat16 and the hidden outputs are bfloat16. What stays float3
 
 The carry of the other cells is in the computation dtype (``dtype`` when set, else
 ``param_dtype``), so that a scan's carry keeps one dtype from step to step.
+
+Matmul precision (Flax's ``precision=``; DESIGN.md section 3.5): every cell has a
+``precision`` field, ``None`` or ``"default"`` (the backend's default: float32 on a CPU,
+TF32 on an NVIDIA GPU, one bfloat16 pass on a TPU), ``"high"``, ``"highest"`` or a
+``jax.lax.Precision`` (:data:`rumjax.core.precision.PRECISIONS`). It applies to the
+cell's gate and input matmuls (:func:`matmul`); the unitary and rotation paths stay at
+``HIGHEST`` whatever it says.
 """
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -46,14 +54,37 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax.core import precision
+from rumjax.core import precision as precision_lib
 
 Array = jax.Array
 
 # The names a config may give a dtype by (``config.model.dtype``, ``--dtype``).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The precision of every dot product on a unitary / rotation path (:mod:`rumjax.core.precision`).
-HIGHEST = precision.HIGHEST
+HIGHEST = precision_lib.HIGHEST
+resolve_precision = precision_lib.resolve_precision
+
+
+def matmul(a: Array, b: Array, precision: Any = None) -> Array:
+  """``a @ b`` at the matmul precision ``precision`` (a name of
+  :data:`~rumjax.core.precision.PRECISIONS`, a ``lax.Precision`` or None: the backend's
+  default), as Flax's ``Dense(precision=...)`` computes it."""
+  return jnp.matmul(a, b, precision=resolve_precision(precision))
+
+
+def matmul_precision(precision: Any):
+  """A context in which every dot product that names no precision of its own runs at
+  ``precision`` (``jax.default_matmul_precision``); ``None``/``"default"``: a null
+  context, so an enclosing ``jax.default_matmul_precision`` still applies.
+
+  For code without a ``precision`` argument and without a custom VJP (Flax's GRU and
+  LSTM cells, :mod:`rumjax.core.starsaber`): the context acts while a function is traced,
+  so a custom VJP's backward pass, traced later, would escape it.
+  """
+  resolved = resolve_precision(precision)
+  if resolved is None:
+    return contextlib.nullcontext()
+  return jax.default_matmul_precision(resolved.name.lower())
 
 
 def resolve_dtype(value: Any, field: str = "dtype") -> Any:
@@ -80,7 +111,7 @@ def resolve_dtype(value: Any, field: str = "dtype") -> Any:
 def precise(dtype: Any) -> Any:
   """At least float32: the dtype of a unitary path or state under computation ``dtype``
   (``bfloat16 -> float32``, ``float32 -> float32``, ``float64 -> float64``)."""
-  return precision.at_least_float32(dtype)
+  return precision_lib.at_least_float32(dtype)
 
 
 def precise_state(state: Array, dtype: Any) -> Array:
@@ -135,6 +166,9 @@ class RecurrentCell(nn.RNNCellBase):
     param_dtype: the dtype of the parameters (keyword only; float32).
     carry_init: initializer of the hidden state ``h_0`` (keyword only; zeros), created in
       :attr:`carry_dtype`.
+    precision: the matmul precision of the gate and input matmuls (keyword only; None
+      or ``"default"``: the backend's default; ``"high"``, ``"highest"``, a
+      ``lax.Precision``); the unitary path is at ``HIGHEST`` whatever it says.
 
   A unitary cell sets the class attribute ``UNITARY = True``: its carry is then in
   :func:`precise` of the computation dtype (see the module docstring).
@@ -144,6 +178,7 @@ class RecurrentCell(nn.RNNCellBase):
   param_dtype: Any = dataclasses.field(default=jnp.float32, kw_only=True)
   carry_init: Callable = dataclasses.field(default=nn.initializers.zeros_init(),
                                            kw_only=True)
+  precision: Any = dataclasses.field(default=None, kw_only=True)
 
   def promote(self, inputs: Array, kernel: Array, carry: Any, *params: Array):
     """Casts ``inputs``, ``carry`` (any pytree) and ``params`` to the computation dtype.

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell, precise, precise_state, promote
+from rumjax.cells.base import RecurrentCell, matmul, precise, precise_state, promote
 from rumjax.cells.registry import register_cell
 
 Array = jax.Array
@@ -165,7 +165,7 @@ def symmetric_uniform(scale: float):
 
 
 def eurnn_step(params, carry: Array, inputs: Array, *, capacity: int = 2, fft: bool = False,
-               dtype=None):
+               dtype=None, precision=None):
   """One EURNN step, ``h_t = modReLU(W h_{t-1} + U x_t, b)``, as a pure function.
 
   The one source of the equations: :class:`EURNNCell` (Linen) and
@@ -178,6 +178,9 @@ def eurnn_step(params, carry: Array, inputs: Array, *, capacity: int = 2, fft: b
     capacity, fft: the layers of ``W`` (:func:`eunn_apply`).
     dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
       the carry).
+    precision: the matmul precision of ``U x_t`` (None: the backend's default; a name of
+      :data:`rumjax.core.precision.PRECISIONS` or a ``lax.Precision``); ``W h_{t-1}`` is
+      elementwise.
 
   Returns:
     ``(h_t, h_t)``: the carried ``h_t`` in the :func:`precise` dtype of the computation,
@@ -187,7 +190,8 @@ def eurnn_step(params, carry: Array, inputs: Array, *, capacity: int = 2, fft: b
   inputs, _, (kernel_x,) = promote(dtype, inputs, kernel_x, carry, kernel_x)
   h = precise_state(carry, inputs.dtype)
   wh = eunn_apply(params["thetas"], h, capacity=capacity, fft=fft)
-  h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), params["bias"].astype(h.dtype))
+  xp = matmul(inputs, kernel_x, precision).astype(h.dtype)
+  h = modrelu(wh + xp, params["bias"].astype(h.dtype))
   return h, h.astype(inputs.dtype)
 
 
@@ -243,4 +247,5 @@ class EURNNCell(RecurrentCell):
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
     return eurnn_step(dict(thetas=thetas, kernel_x=kernel_x, bias=bias), carry, inputs,
-                      capacity=self.capacity, fft=self.fft, dtype=self.dtype)
+                      capacity=self.capacity, fft=self.fft, dtype=self.dtype,
+                      precision=self.precision)

@@ -82,7 +82,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells.base import check_probability
-from rumjax.cells.registry import DTYPE_FIELDS, cell_fields, cell_names, make_cell
+from rumjax.cells.registry import POLICY_FIELDS, cell_fields, cell_names, make_cell
 from rumjax.cells.stacked import prepare_cells
 from rumjax.registry import did_you_mean
 
@@ -105,6 +105,8 @@ class FastSlowCell(nn.RNNCellBase):
       given, it overrides theirs (the precision policy of :mod:`rumjax.cells.base`: a
       unitary or RUM slow cell keeps its own rotation path and state in float32).
     param_dtype: the parameter dtype of every sub-cell (``None``: each one's own).
+    precision: the matmul precision of every sub-cell (``None`` or ``"default"``: each
+      one's own); given, it overrides theirs.
   """
   fast_cells: Sequence[nn.RNNCellBase]
   slow_cell: nn.RNNCellBase
@@ -112,10 +114,11 @@ class FastSlowCell(nn.RNNCellBase):
   deterministic: bool = True
   dtype: Optional[Any] = None
   param_dtype: Optional[Any] = None
+  precision: Optional[Any] = None
 
   def __post_init__(self):
     *fast, slow = prepare_cells((*self.fast_cells, self.slow_cell), self.deterministic,
-                                self.dtype, self.param_dtype)
+                                self.dtype, self.param_dtype, self.precision)
     object.__setattr__(self, "fast_cells", tuple(fast))
     object.__setattr__(self, "slow_cell", slow)
     super().__post_init__()
@@ -236,9 +239,9 @@ def fast_slow_from_config(config: Mapping[str, Any], *,
   - ``dropout_rate``: the non-recurrent DROP probability on ``F_1 -> S`` and
     ``S -> F_2`` (default 0; the FS-RNN code's one ``keep_prob``, also used by the model
     on the embedding and the output: 0.35 = keep 0.65);
-  - ``dtype`` / ``param_dtype``: the precision policy of every sub-cell (names such as
-    ``"bfloat16"`` or dtypes; unprefixed, unlike the cell options; ``fast_dtype`` /
-    ``slow_dtype`` override it for one role).
+  - ``dtype`` / ``param_dtype`` / ``precision``: the precision policy of every sub-cell
+    (names such as ``"bfloat16"``, ``"highest"``; unprefixed, unlike the cell options;
+    ``fast_dtype`` / ``slow_precision`` ... override it for one role).
 
   Args:
     config: a mapping (``ml_collections.ConfigDict`` or dict) with the fields above.
@@ -266,7 +269,7 @@ def fast_slow_from_config(config: Mapping[str, Any], *,
   num_fast = 2 if num_fast is None else int(num_fast)
   if num_fast < 2:
     raise ValueError(f"num_fast={num_fast}: FS-RNN needs at least 2 fast cells.")
-  policy = {f: config[f] for f in DTYPE_FIELDS if config.get(f) is not None}
+  policy = {f: config[f] for f in POLICY_FIELDS if config.get(f) is not None}
   fast_options = {**policy, **role_options(config, "fast_", fast_name)}
   slow_options = {**policy, **role_options(config, "slow_", slow_name)}
   fast = tuple(make_cell(fast_name, sizes["fast_size"], **fast_options)

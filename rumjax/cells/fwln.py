@@ -15,13 +15,13 @@ same recurrence, indexed one step earlier.) The sustained boundary condition
 The carry is ``(A, h)``, A <float>[..., N, N]; ``A_0 = 0``, ``h_0 = 0``.
 """
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from rumjax.core import rum as rum_lib
-from rumjax.cells.base import RecurrentCell, promote
+from rumjax.cells.base import RecurrentCell, matmul, promote, resolve_precision
 from rumjax.cells.registry import register_cell
 
 
@@ -43,7 +43,8 @@ def check_inner_steps(inner_steps: int) -> int:
 
 def fwln_step(params, carry, inputs, *, ln: Callable, decay: float = 0.95,
               fast_lr: float = 0.5, inner_steps: int = 1,
-              activation: Union[str, Callable] = "relu", dtype: Optional[object] = None):
+              activation: Union[str, Callable] = "relu", dtype: Optional[object] = None,
+              precision: Any = None):
   """One FW-LN step (the module docstring's equations) as a pure function.
 
   The one source of the equations: :class:`FWLNCell` (Linen) and ``rumjax.nnx.FWLNCell``
@@ -57,20 +58,24 @@ def fwln_step(params, carry, inputs, *, ln: Callable, decay: float = 0.95,
     decay, fast_lr, inner_steps, activation: ``lambda``, ``eta``, ``S``, ``f``.
     dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
       the carry).
+    precision: the matmul precision of ``W h``, ``C x`` and ``A h`` (None: the backend's
+      default; a name of :data:`rumjax.core.precision.PRECISIONS` or a ``lax.Precision``).
 
   Returns:
     ``((A_t, h_t), h_t)``.
   """
   check_inner_steps(inner_steps)
   f = rum_lib.get_activation(activation)
+  precision = resolve_precision(precision)
   inputs, (a_prev, h_prev), (kernel_h, kernel_x, bias) = promote(
       dtype, inputs, params["kernel_x"], carry, params["kernel_h"], params["kernel_x"],
       params["bias"])
-  boundary = h_prev @ kernel_h + inputs @ kernel_x + bias
+  boundary = (matmul(h_prev, kernel_h, precision) + matmul(inputs, kernel_x, precision)
+              + bias)
   a = decay * a_prev + fast_lr * (h_prev[..., :, None] * h_prev[..., None, :])
   h = f(boundary)
   for _ in range(inner_steps):
-    h = f(ln(boundary + jnp.einsum("...ij,...j->...i", a, h)))
+    h = f(ln(boundary + jnp.einsum("...ij,...j->...i", a, h, precision=precision)))
   return (a, h), h
 
 
@@ -125,7 +130,7 @@ class FWLNCell(RecurrentCell):
     return fwln_step(dict(kernel_h=kernel_h, kernel_x=kernel_x, bias=bias), carry, inputs,
                      ln=ln, decay=self.decay, fast_lr=self.fast_lr,
                      inner_steps=self.inner_steps, activation=self.activation,
-                     dtype=self.dtype)
+                     dtype=self.dtype, precision=self.precision)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import RecurrentCell, precise_state, promote
+from rumjax.cells.base import RecurrentCell, matmul, precise_state, promote
 from rumjax.cells.eurnn import (check_eunn, eunn_apply, eunn_num_angles, symmetric_uniform,
                                 uniform_angles)
 from rumjax.cells.registry import register_cell
@@ -36,7 +36,8 @@ def goru_bias_init(key, shape, dtype=jnp.float32):
   return jnp.concatenate([jnp.full((n,), 2.0, dtype), jnp.zeros((n,), dtype)])
 
 
-def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dtype=None):
+def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dtype=None,
+              precision=None):
   """One GORU step (the module docstring's equations) as a pure function.
 
   The one source of the equations: :class:`GORUCell` (Linen) and ``rumjax.nnx.GORUCell``
@@ -50,6 +51,9 @@ def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dt
     capacity, fft: the layers of ``U`` (:func:`~rumjax.cells.eurnn.eunn_apply`).
     dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
       the carry).
+    precision: the matmul precision of ``W x_t`` and the gates' ``U_r h``, ``U_z h``
+      (None: the backend's default; a name of :data:`rumjax.core.precision.PRECISIONS`
+      or a ``lax.Precision``); the rotation ``U h_{t-1}`` is elementwise.
 
   Returns:
     ``(h_t, h_t)``: the carried ``h_t`` in the ``precise`` dtype of the computation, the
@@ -59,8 +63,8 @@ def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dt
   inputs, h, (kernel_x, kernel_h, bias) = promote(
       dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"],
       params["bias"])
-  xp = inputs @ kernel_x
-  gates = jax.nn.sigmoid(xp[..., :2 * n] + h @ kernel_h + bias)
+  xp = matmul(inputs, kernel_x, precision)
+  gates = jax.nn.sigmoid(xp[..., :2 * n] + matmul(h, kernel_h, precision) + bias)
   h = precise_state(carry, inputs.dtype)                 # the carried state, float32+
   r, z = (g.astype(h.dtype) for g in (gates[..., :n], gates[..., n:]))
   uh = eunn_apply(params["thetas"], h, capacity=capacity, fft=fft)
@@ -128,4 +132,4 @@ class GORUCell(RecurrentCell):
     params = dict(kernel_x=kernel_x, kernel_h=kernel_h, bias=bias, mod_bias=mod_bias,
                   thetas=thetas)
     return goru_step(params, carry, inputs, capacity=self.capacity, fft=self.fft,
-                     dtype=self.dtype)
+                     dtype=self.dtype, precision=self.precision)

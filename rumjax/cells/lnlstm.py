@@ -23,14 +23,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rumjax.cells.base import RecurrentCell, check_probability, promote, zoneout
+from rumjax.cells.base import RecurrentCell, check_probability, matmul, promote, zoneout
 from rumjax.cells.registry import register_cell
 
 
 def lnlstm_step(params, carry, inputs, *, ln_gates: Callable, ln_c: Callable,
                 forget_bias: float = 1.0, zoneout_h: float = 0.0, zoneout_c: float = 0.0,
                 deterministic: bool = True, rng_source: Any = None,
-                dtype: Optional[Any] = None):
+                dtype: Optional[Any] = None, precision: Any = None):
   """One LN-LSTM step (the module docstring's equations, with zoneout) as a pure function.
 
   The one source of the equations: :class:`LNLSTMCell` (Linen) and
@@ -49,6 +49,8 @@ def lnlstm_step(params, carry, inputs, *, ln_gates: Callable, ln_c: Callable,
       (the Linen cell itself); needed only with zoneout in training.
     dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
       the carry).
+    precision: the matmul precision of ``W x_t`` and ``U h_{t-1}`` (None: the backend's
+      default; a name of :data:`rumjax.core.precision.PRECISIONS` or a ``lax.Precision``).
 
   Returns:
     ``((c_t, h_t), h_t)``.
@@ -56,7 +58,7 @@ def lnlstm_step(params, carry, inputs, *, ln_gates: Callable, ln_c: Callable,
   n = params["kernel_h"].shape[0]
   inputs, (c_prev, h_prev), (kernel_x, kernel_h) = promote(
       dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"])
-  z = inputs @ kernel_x + h_prev @ kernel_h
+  z = matmul(inputs, kernel_x, precision) + matmul(h_prev, kernel_h, precision)
   z = ln_gates(z.reshape(z.shape[:-1] + (4, n)))
   i, g, f, o = (z[..., k, :] for k in range(4))
   c = jax.nn.sigmoid(f + forget_bias) * c_prev + jax.nn.sigmoid(i) * jnp.tanh(g)
@@ -121,7 +123,7 @@ class LNLSTMCell(RecurrentCell):
         ln_gates=ln(reduction_axes=-1, feature_axes=(-2, -1), name="ln_gates"),
         ln_c=ln(name="ln_c"), forget_bias=self.forget_bias, zoneout_h=self.zoneout,
         zoneout_c=self.zoneout_c, deterministic=self.deterministic, rng_source=self,
-        dtype=self.dtype)
+        dtype=self.dtype, precision=self.precision)
 
   @nn.nowrap
   def initialize_carry(self, rng, input_shape):

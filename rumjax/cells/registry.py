@@ -18,11 +18,15 @@ from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 
-from rumjax.cells.base import resolve_dtype
+from rumjax.cells import flax_cells
+from rumjax.cells.base import resolve_dtype, resolve_precision
 from rumjax.registry import Registry, did_you_mean
 
 # The precision policy's fields: every registered cell has them (Flax's cells too).
 DTYPE_FIELDS = ("dtype", "param_dtype")
+# ... and the matmul precision (names of rumjax.core.precision.PRECISIONS), which every
+# registered cell has too (Flax's GRU and LSTM through rumjax.cells.flax_cells).
+POLICY_FIELDS = DTYPE_FIELDS + ("precision",)
 
 CELLS = Registry("cell")
 
@@ -75,7 +79,8 @@ def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
   """Builds the cell ``name`` with hidden size ``features``.
 
   ``dtype`` and ``param_dtype`` may be given by name (``"bfloat16"``, ``"float32"``;
-  ``param_dtype=None``: the cell's default, float32).
+  ``param_dtype=None``: the cell's default, float32); ``precision`` by a name of
+  :data:`rumjax.core.precision.PRECISIONS` (``"default"``, ``"high"``, ``"highest"``).
 
   Raises ``ValueError`` naming the option and the accepted ones if ``kwargs`` holds an
   option the cell does not have, or naming the dtype choices for an unknown dtype name.
@@ -92,11 +97,15 @@ def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
 
 def resolve_dtypes(options: Mapping[str, Any]) -> dict:
   """``options`` with ``dtype``/``param_dtype`` names resolved to dtypes
-  (:func:`rumjax.cells.base.resolve_dtype`); a ``None`` ``param_dtype`` is dropped."""
+  (:func:`rumjax.cells.base.resolve_dtype`) and a ``precision`` name to a
+  ``lax.Precision`` or None (:func:`rumjax.core.precision.resolve_precision`); a ``None``
+  ``param_dtype`` is dropped."""
   out = dict(options)
   for field in DTYPE_FIELDS:
     if field in out:
       out[field] = resolve_dtype(out[field], field)
+  if "precision" in out:
+    out["precision"] = resolve_precision(out["precision"])
   if "param_dtype" in out and out["param_dtype"] is None:
     del out["param_dtype"]
   return out
@@ -107,12 +116,13 @@ def cell_from_config(name: str, features: int, options: Mapping[str, Any],
   """Builds the cell ``name`` taking from ``options`` (e.g. a task config) the entries
   whose keys are fields of that cell (``lam``, ``eta``, ``activation``, ``dtype``,
   ``param_dtype``, ...); the others are ignored, so one config serves every cell.
-  ``overrides`` always apply. Dtypes may be names (``dtype="bfloat16"``)."""
+  ``overrides`` always apply. Dtypes and the precision may be names (``dtype="bfloat16"``,
+  ``precision="highest"``)."""
   accepted = set(cell_fields(name)) - {"features"}
   kwargs = {k: options[k] for k in accepted if k in options}
   kwargs.update(overrides)
   return make_cell(name, features, **kwargs)
 
 
-register_cell("lstm", nn.OptimizedLSTMCell)
-register_cell("gru", nn.GRUCell)
+register_cell("lstm", flax_cells.OptimizedLSTMCell)
+register_cell("gru", flax_cells.GRUCell)

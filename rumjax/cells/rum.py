@@ -74,6 +74,11 @@ class RUMCell(nn.RNNCellBase):
       float32)`` at ``Precision.HIGHEST`` and the memory ``R`` is carried in it (float32
       for bfloat16), so it stays orthogonal to float32 accuracy (:mod:`rumjax.core.rum`).
     param_dtype: the dtype of the parameters (float32 by default).
+    precision: the matmul precision of the gate matmuls ``x @ kernel_x`` and
+      ``h @ kernel_h`` (Flax's ``precision=``): None or ``"default"`` (the backend's
+      default: TF32 on an NVIDIA GPU), ``"high"``, ``"highest"`` or a ``lax.Precision``
+      (:data:`rumjax.core.precision.PRECISIONS`). The rotation path is at ``HIGHEST``
+      whatever it says.
 
   ``cos(theta_t)``, the cosine of the angle between the cell's ``e_t`` and ``tau_t``
   (after layer norm, if any), is sown as ``intermediates/.../cell/cos_theta``,
@@ -99,12 +104,14 @@ class RUMCell(nn.RNNCellBase):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   carry_init: Callable = nn.initializers.zeros_init()
+  precision: Any = None
 
   def _validate(self):
     rum_lib.check_lam(self.lam)
     rum_lib.check_eta(self.eta)
     rum_lib.get_activation(self.activation)
     base.check_probability("zoneout", self.zoneout)
+    base.resolve_precision(self.precision)
 
   @nn.compact
   def __call__(self, carry, inputs, *, sow_cos: bool = True):
@@ -133,9 +140,10 @@ class RUMCell(nn.RNNCellBase):
       norms = dict(norm_tau=ln(name="ln_tau"), norm_u=ln(name="ln_u"),
                    norm_h=ln(name="ln_h"))
     new_carry, (h, plane) = rum_lib.rum_step(
-        carry, inputs @ kernel_x + bias, kernel_h, lam=lam, eta=self.eta,
-        activation=rum_lib.get_activation(self.activation),
-        update_gate=self.update_gate, **norms)
+        carry, base.matmul(inputs, kernel_x, self.precision) + bias, kernel_h, lam=lam,
+        eta=self.eta, activation=rum_lib.get_activation(self.activation),
+        update_gate=self.update_gate, precision=base.resolve_precision(self.precision),
+        **norms)
     if sow_cos and self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "cos_theta", plane.cos)
     if self.zoneout > 0:
@@ -213,7 +221,8 @@ class RUM(nn.Module):
     sow = self.is_mutable_collection("intermediates")
     final, hs, *cos = rum_lib.rum_scan(
         params, xs, lam=lam, eta=c.eta, activation=c.activation,
-        update_gate=c.update_gate, h0=initial_carry, return_cos=sow)
+        update_gate=c.update_gate, h0=initial_carry, return_cos=sow,
+        precision=base.resolve_precision(c.precision))
     if sow:
       self.sow("intermediates", "cos_theta", cos[0])
     return (final, hs) if return_carry else hs

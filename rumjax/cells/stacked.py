@@ -34,7 +34,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import flax.linen as nn
 import jax
 
-from rumjax.cells.base import check_probability, resolve_dtype
+from rumjax.cells.base import check_probability, resolve_dtype, resolve_precision
 from rumjax.cells.registry import cell_from_config
 
 
@@ -44,21 +44,24 @@ def has_field(module: nn.Module, field: str) -> bool:
 
 
 def prepare_cells(cells: Sequence[nn.Module], deterministic: bool,
-                  dtype: Optional[Any] = None, param_dtype: Optional[Any] = None) -> tuple:
+                  dtype: Optional[Any] = None, param_dtype: Optional[Any] = None,
+                  precision: Optional[Any] = None) -> tuple:
   """The sub-cells of a composite cell, ready to be adopted by it.
 
   A cell is replaced by an unbound, unnamed clone when (a) it has a ``deterministic``
-  field with another value (the composite's mode wins), or a ``dtype`` / ``param_dtype``
-  field with another value than a ``dtype`` / ``param_dtype`` given here (not ``None``:
-  the composite's precision policy wins), (b) it is bound to another module
-  (a composite cloned from a bound one, ``model.cell.clone(deterministic=...)``, holds the
-  sub-cells of the *old* composite, which Flax would not adopt again), or (c) it is the
+  field with another value (the composite's mode wins), or a ``dtype`` / ``param_dtype`` /
+  ``precision`` field with another value than one given here (not ``None``, nor
+  ``"default"`` for ``precision``: the composite's precision policy wins), (b) it is
+  bound to another module (a composite cloned from a bound one,
+  ``model.cell.clone(deterministic=...)``, holds the sub-cells of the *old* composite,
+  which Flax would not adopt again), or (c) it is the
   same object as an earlier entry (Flax would share its parameters; each entry gets its
   own). Otherwise the cell itself is kept, so Flax's transforms (``nn.RNN``'s scan), which
   re-create the composite with the same sub-cell objects, find them again.
   """
   wanted = {"deterministic": deterministic, "dtype": resolve_dtype(dtype, "dtype"),
-            "param_dtype": resolve_dtype(param_dtype, "param_dtype")}
+            "param_dtype": resolve_dtype(param_dtype, "param_dtype"),
+            "precision": resolve_precision(precision)}
   out = []
   for cell in cells:
     updates = {k: v for k, v in wanted.items()
@@ -84,16 +87,20 @@ class StackedCells(nn.RNNCellBase):
       overrides the layers' ``dtype`` (the precision policy of :mod:`rumjax.cells.base`).
     param_dtype: the parameter dtype of every layer (``None``: each layer's own, float32
       by default).
+    precision: the matmul precision of every layer (``None`` or ``"default"``: each
+      layer's own; see :mod:`rumjax.cells.base`); given, it overrides the layers'.
   """
   cells: Sequence[nn.RNNCellBase]
   dropout_rate: float = 0.0
   deterministic: bool = True
   dtype: Optional[Any] = None
   param_dtype: Optional[Any] = None
+  precision: Optional[Any] = None
 
   def __post_init__(self):
     object.__setattr__(self, "cells", prepare_cells(self.cells, self.deterministic,
-                                                    self.dtype, self.param_dtype))
+                                                    self.dtype, self.param_dtype,
+                                                    self.precision))
     super().__post_init__()
 
   @property
@@ -164,8 +171,8 @@ def stacked_from_config(config: Mapping[str, Any], *,
     language model's non-recurrent dropout, as in the papers, which use one rate, 0.35);
   - the cell's own options (``lam``, ``eta``, ``layer_norm``, ``zoneout``, ...), passed to
     every layer by :func:`rumjax.cells.cell_from_config` (entries that are not fields of
-    that cell are ignored), among them the precision policy ``dtype`` / ``param_dtype``
-    (names such as ``"bfloat16"`` or dtypes), which every layer gets.
+    that cell are ignored), among them the precision policy ``dtype`` / ``param_dtype`` /
+    ``precision`` (names such as ``"bfloat16"``, ``"highest"``), which every layer gets.
 
   Args:
     config: a mapping (``ml_collections.ConfigDict`` or dict) with the fields above.

@@ -36,13 +36,14 @@ import jax.numpy as jnp
 import optax
 
 from rumjax.cells.activations import modrelu
-from rumjax.cells.base import HIGHEST, RecurrentCell, precise, precise_state, promote
+from rumjax.cells.base import (HIGHEST, RecurrentCell, matmul, precise, precise_state,
+                               promote)
 from rumjax.cells.registry import register_cell, register_optimizer_wrapper
 
 ORTHOGONAL_NAME = "recurrent_orthogonal"
 
 
-def urnn_step(params, carry, inputs, *, dtype=None):
+def urnn_step(params, carry, inputs, *, dtype=None, precision=None):
   """One uRNN step, ``h_t = modReLU(W h_{t-1} + V x_t, b)``, as a pure function.
 
   The one source of the equation: :class:`URNNCell` (Linen) and ``rumjax.nnx.URNNCell``
@@ -55,6 +56,9 @@ def urnn_step(params, carry, inputs, *, dtype=None):
     inputs: ``x_t`` <float>[..., N_x].
     dtype: the computation dtype (``None``: promotion of the inputs, ``kernel_x`` and
       the carry).
+    precision: the matmul precision of ``V x_t`` (None: the backend's default; a name of
+      :data:`rumjax.core.precision.PRECISIONS` or a ``lax.Precision``); ``W h_{t-1}`` is at
+      ``HIGHEST`` whatever it says.
 
   Returns:
     ``(h_t, h_t)``: the carried ``h_t`` in the ``precise`` dtype of the computation, the
@@ -64,7 +68,8 @@ def urnn_step(params, carry, inputs, *, dtype=None):
   inputs, _, (kernel_x,) = promote(dtype, inputs, kernel_x, carry, kernel_x)
   h = precise_state(carry, inputs.dtype)
   wh = jnp.matmul(h, w.astype(h.dtype), precision=HIGHEST)
-  h = modrelu(wh + (inputs @ kernel_x).astype(h.dtype), params["bias"].astype(h.dtype))
+  xp = matmul(inputs, kernel_x, precision).astype(h.dtype)
+  h = modrelu(wh + xp, params["bias"].astype(h.dtype))
   return h, h.astype(inputs.dtype)
 
 
@@ -107,7 +112,7 @@ class URNNCell(RecurrentCell):
                           self.param_dtype)
     bias = self.param("bias", self.bias_init, (n,), self.param_dtype)
     params = {ORTHOGONAL_NAME: w, "kernel_x": kernel_x, "bias": bias}
-    return urnn_step(params, carry, inputs, dtype=self.dtype)
+    return urnn_step(params, carry, inputs, dtype=self.dtype, precision=self.precision)
 
 
 # ------------------------------------------------------------ the Stiefel optimizer

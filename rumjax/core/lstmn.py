@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from rumjax.core import initializers
 from rumjax.core.attention import masked_softmax
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import at_least_float32, resolve_precision
 
 Array = jax.Array
 
@@ -143,7 +143,8 @@ def check_memory_span(memory_span) -> Optional[int]:
 # ------------------------------------------------------------- the building blocks
 
 
-def attention_weights(keys_proj: Array, query_proj: Array, v: Array, valid: Array) -> Array:
+def attention_weights(keys_proj: Array, query_proj: Array, v: Array, valid: Array, *,
+                      precision: Any = None) -> Array:
   """Additive attention: ``softmax_i(v^T tanh(K_i + q))`` over the valid positions.
 
   Eqs. (4)-(5) (intra-attention, ``K_i = W_h h_i``, ``q = W_x x_t + W_h~ h~_{t-1}``) and
@@ -154,19 +155,22 @@ def attention_weights(keys_proj: Array, query_proj: Array, v: Array, valid: Arra
     query_proj: <float>[B, Na] the projected query ``q``.
     v: <float>[Na].
     valid: <bool>[B, M] the positions that may be attended to.
+    precision: the matmul precision of ``v^T tanh(.)`` (None: the backend's default).
 
   Returns:
     ``s`` <float>[B, M], summing to 1 over the valid positions, in the dtype of
     ``keys_proj`` (the scores and the softmax are computed in float32 whatever it is).
   """
   scores = jnp.einsum("bma,a->bm", jnp.tanh(keys_proj + query_proj[:, None, :]), v,
+                      precision=resolve_precision(precision),
                       preferred_element_type=at_least_float32(keys_proj, v))
   return masked_softmax(scores, valid).astype(jnp.result_type(keys_proj))
 
 
-def summarize(weights: Array, tape: Array) -> Array:
-  """The adaptive summary ``sum_i s_i tape_i`` (eqs. (6), (13)): [B, M], [B, M, N] -> [B, N]."""
-  return jnp.einsum("bm,bmn->bn", weights, tape)
+def summarize(weights: Array, tape: Array, *, precision: Any = None) -> Array:
+  """The adaptive summary ``sum_i s_i tape_i`` (eqs. (6), (13)): [B, M], [B, M, N] -> [B, N]
+  (at the matmul ``precision``; None: the backend's default)."""
+  return jnp.einsum("bm,bmn->bn", weights, tape, precision=resolve_precision(precision))
 
 
 def lstmn_update(pre: Array, c_tilde: Array, extra_memory: Any = 0.0) -> tuple[Array, Array]:
@@ -325,7 +329,8 @@ def tape_scan(step: Callable, params: Any, const: Any, xs: Any, aux: Any, carry0
 
 
 def lstmn_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: Array,
-               tapes: tuple, k: Array, *, memory_span: Optional[int] = None):
+               tapes: tuple, k: Array, *, memory_span: Optional[int] = None,
+               precision: Any = None):
   """One LSTMN step (eqs. (4)-(9)) in the :func:`tape_scan` protocol.
 
   Args:
@@ -338,6 +343,8 @@ def lstmn_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: Arra
     tapes: ``(H, C, W_h H)``, <float>[B, T+1, Nh | Nh | Na].
     k: the 0-based step index.
     memory_span: None or the number of most recent positions visible.
+    precision: the matmul precision of every product of the step (None: the backend's
+      default; a name of :data:`rumjax.core.precision.PRECISIONS`).
 
   Returns:
     ``((h_t, c_t, h_t @ attn_h), h~_t, s_t)``; on a padded step the carry keeps
@@ -348,13 +355,16 @@ def lstmn_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: Arra
   m_t, pos_t = aux_t
   valid_tape, pos_tape = const
   h_tape, c_tape, p_tape = tapes
+  precision = resolve_precision(precision)
+  mm = functools.partial(jnp.matmul, precision=precision)
   visible = visible_positions(k, valid_tape, pos_tape, pos_t, memory_span)
-  s = attention_weights(p_tape, xa_t + carry @ params["attn_ht"], params["attn_v"],
-                        visible)                                               # (4)-(5)
-  h_tilde, c_tilde = summarize(s, h_tape), summarize(s, c_tape)               # (6)
-  h, c = lstmn_update(h_tilde @ params["gates_h"] + xg_t, c_tilde)            # (7)-(9)
+  s = attention_weights(p_tape, xa_t + mm(carry, params["attn_ht"]), params["attn_v"],
+                        visible, precision=precision)                          # (4)-(5)
+  h_tilde = summarize(s, h_tape, precision=precision)                         # (6)
+  c_tilde = summarize(s, c_tape, precision=precision)
+  h, c = lstmn_update(mm(h_tilde, params["gates_h"]) + xg_t, c_tilde)         # (7)-(9)
   new_carry = jnp.where(m_t[:, None], h_tilde, carry)
-  return (h, c, h @ params["attn_h"]), new_carry, s
+  return (h, c, mm(h, params["attn_h"])), new_carry, s
 
 
 def tape_masks(mask: Array) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
@@ -365,8 +375,10 @@ def tape_masks(mask: Array) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
   return (valid_tape, pos_tape), (mask.T, pos_tape[:, 1:].T)
 
 
-def initial_tape_entries(params: dict, initial, batch: int, dtype) -> tuple:
-  """``(h_0, c_0, h_0 @ attn_h)`` for tape position 0 (zeros unless ``initial``)."""
+def initial_tape_entries(params: dict, initial, batch: int, dtype, *,
+                         precision: Any = None) -> tuple:
+  """``(h_0, c_0, h_0 @ attn_h)`` for tape position 0 (zeros unless ``initial``), the
+  product at the matmul ``precision``."""
   nh = params["gates_h"].shape[0]
   if initial is None:
     h0 = c0 = jnp.zeros((batch, nh), dtype)
@@ -375,7 +387,7 @@ def initial_tape_entries(params: dict, initial, batch: int, dtype) -> tuple:
     for name, a in (("h0", h0), ("c0", c0)):
       if a.shape != (batch, nh):
         raise ValueError(f"initial {name} has shape {a.shape}; expected {(batch, nh)}.")
-  return h0, c0, h0 @ params["attn_h"]
+  return h0, c0, jnp.matmul(h0, params["attn_h"], precision=resolve_precision(precision))
 
 
 def _prepare(params: dict, xs: Array, mask: Optional[Array], initial, extra: Sequence = ()):
@@ -394,17 +406,20 @@ def _prepare(params: dict, xs: Array, mask: Optional[Array], initial, extra: Seq
   return cast(params), xs, mask, cast(initial), dtype
 
 
-@functools.partial(jax.jit, static_argnames=("memory_span", "impl", "return_attention"))
-def _lstmn_scan(params, xs, mask, initial, *, memory_span, impl, return_attention):
+@functools.partial(jax.jit, static_argnames=("memory_span", "impl", "return_attention",
+                                             "precision"))
+def _lstmn_scan(params, xs, mask, initial, *, memory_span, impl, return_attention,
+                precision):
   params, xs, mask, initial, dtype = _prepare(params, xs, mask, initial)
   batch = xs.shape[0]
+  mm = functools.partial(jnp.matmul, precision=precision)
   w = {k: params[k] for k in ("attn_h", "attn_ht", "attn_v", "gates_h")}
-  xa = jnp.swapaxes(xs @ params["attn_x"], 0, 1)                          # W_x x_t
-  xg = jnp.swapaxes(xs @ params["gates_x"] + params["gates_bias"], 0, 1)  # x_t part of (7)
+  xa = jnp.swapaxes(mm(xs, params["attn_x"]), 0, 1)                       # W_x x_t
+  xg = jnp.swapaxes(mm(xs, params["gates_x"]) + params["gates_bias"], 0, 1)  # x_t of (7)
   const, aux = tape_masks(mask)
   carry0 = jnp.zeros((batch, params["gates_h"].shape[0]), dtype)          # h~_0 = 0
-  first = initial_tape_entries(params, initial, batch, dtype)
-  step = functools.partial(lstmn_step, memory_span=memory_span)
+  first = initial_tape_entries(params, initial, batch, dtype, precision=precision)
+  step = functools.partial(lstmn_step, memory_span=memory_span, precision=precision)
   out = tape_scan(step, w, const, (xa, xg), aux, carry0, first, impl=impl,
                   return_extras=return_attention)
   (h_tape, c_tape, _), s = out if return_attention else (out, None)
@@ -414,7 +429,7 @@ def _lstmn_scan(params, xs, mask, initial, *, memory_span, impl, return_attentio
 
 def lstmn_scan(params: dict, xs: Array, *, mask: Optional[Array] = None,
                memory_span: Optional[int] = None, initial: Optional[tuple] = None,
-               impl: str = "fast", return_attention: bool = False):
+               impl: str = "fast", return_attention: bool = False, precision: Any = None):
   """Runs the LSTMN (Cheng et al., 2016, eqs. (4)-(9)) over a batch of sequences.
 
   At step t = 1..T the intra-attention runs over tape positions 0..t-1. Position 0 holds
@@ -441,6 +456,10 @@ def lstmn_scan(params: dict, xs: Array, *, mask: Optional[Array] = None,
     return_attention: also return the intra-attention weights ``s`` <float>[B, T, T + 1]
       (``s[b, t-1, i]``: the weight of tape position i at step t; position 0 = the
       initial vector); computed on the reference path.
+    precision: the matmul precision of every product, forward and backward (Flax's
+      ``precision=``: None or ``"default"``, the backend's default; ``"high"``,
+      ``"highest"`` or a ``lax.Precision``; :data:`rumjax.core.precision.PRECISIONS`).
+      The fast backward pass recomputes each step at the same precision.
 
   Returns:
     ``(hs, cs)``: the hidden and memory tapes ``h_1..h_T``, ``c_1..c_T``, each
@@ -464,4 +483,5 @@ def lstmn_scan(params: dict, xs: Array, *, mask: Optional[Array] = None,
     raise ValueError("initial must be None or a pair (h0, c0), each <float>[B, Nh].")
   return _lstmn_scan(params, xs, mask, None if initial is None else tuple(initial),
                      memory_span=memory_span, impl=impl,
-                     return_attention=bool(return_attention))
+                     return_attention=bool(return_attention),
+                     precision=resolve_precision(precision))

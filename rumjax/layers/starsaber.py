@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.core import starsaber as starsaber_lib
+from rumjax.cells.base import matmul_precision
 
 Array = jax.Array
 
@@ -56,6 +57,10 @@ class StarSaberLayer(nn.Module):
     kernel_init: initializer of every ``(d, d)`` kernel (LeCun normal, as Flax's Dense).
     param_dtype: parameter dtype.
     dtype: computation dtype (None: the functional layer's promotion of inputs and params).
+    precision: the matmul precision of the layer's products (None: the backend's
+      default); the functional layer is traced under
+      :func:`rumjax.cells.base.matmul_precision` (it has no custom VJP, so its gradient
+      is at that precision too).
   """
   features: int
   variant: str = "plain"
@@ -63,6 +68,7 @@ class StarSaberLayer(nn.Module):
   kernel_init: Callable = nn.initializers.lecun_normal()
   param_dtype: Any = jnp.float32
   dtype: Optional[Any] = None
+  precision: Any = None
 
   @nn.compact
   def __call__(self, h: Array, x: Array, mask: Optional[Array] = None) -> Array:
@@ -88,9 +94,10 @@ class StarSaberLayer(nn.Module):
     if self.dtype is not None:
       h, x = jnp.asarray(h, self.dtype), jnp.asarray(x, self.dtype)
       params = jax.tree.map(lambda p: jnp.asarray(p, self.dtype), params)
-    if flags["gate"]:
-      return starsaber_lib.starsaber_gate_layer(params, h, x, mask=mask,
-                                                directional=flags["directional"])
-    return starsaber_lib.starsaber_layer(params, h, x, mask=mask,
-                                         directional=flags["directional"],
-                                         direct_path=flags["direct_path"])
+    with matmul_precision(self.precision):
+      if flags["gate"]:
+        return starsaber_lib.starsaber_gate_layer(params, h, x, mask=mask,
+                                                  directional=flags["directional"])
+      return starsaber_lib.starsaber_layer(params, h, x, mask=mask,
+                                           directional=flags["directional"],
+                                           direct_path=flags["direct_path"])

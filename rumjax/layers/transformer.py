@@ -36,18 +36,20 @@ Array = jax.Array
 class FeedForward(nn.Module):
   """``Dense(ffn_size) -> ReLU -> Dense(features)``, position-wise (Vaswani et al. eq. 2).
 
-  Submodules ``hidden`` and ``output``.
+  Submodules ``hidden`` and ``output``; ``precision`` is their matmul precision (None:
+  the backend's default).
   """
   features: int
   ffn_size: int
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """<float>[..., d] -> <float>[..., features]."""
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     name=name)
+                                     precision=self.precision, name=name)
     return dense(self.features, "output")(nn.relu(dense(self.ffn_size, "hidden")(x)))
 
 
@@ -67,6 +69,7 @@ class _EncoderLayer(nn.Module):
   dropout_rate: float = 0.1
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   def _check(self, x: Array) -> None:
     if x.shape[-1] != self.features:
@@ -83,12 +86,14 @@ class _EncoderLayer(nn.Module):
                                                 dtype=self.dtype,
                                                 param_dtype=self.param_dtype,
                                                 force_fp32_for_softmax=True,
+                                                precision=self.precision,
                                                 name="attention")
     return attention(x, mask=_attention_mask(mask))
 
   def _ffn(self, x: Array) -> Array:
     return FeedForward(self.features, self.ffn_size or 4 * self.features, dtype=self.dtype,
-                       param_dtype=self.param_dtype, name="ffn")(x)
+                       param_dtype=self.param_dtype, precision=self.precision,
+                       name="ffn")(x)
 
   def _norm(self, name: str) -> nn.Module:
     return nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype, name=name)
@@ -107,6 +112,8 @@ class TransformerLayer(_EncoderLayer):
       Hidden-size").
     dropout_rate: residual dropout.
     dtype, param_dtype: the precision policy (module docstring).
+    precision: the matmul precision of the attention and the FFN (None: the backend's
+      default; Flax's ``precision=``).
 
   Example::
 

@@ -53,25 +53,28 @@ def bag_of_words(embedded: Array, tokens: Array) -> Array:
   return jnp.sum(embedded * mask, axis=-2) / jnp.maximum(jnp.sum(mask, axis=-2), 1.0)
 
 
-def dot_attention(hs: Array, query: Array, mask: Array) -> tuple[Array, Array]:
+def dot_attention(hs: Array, query: Array, mask: Array, *,
+                  precision: Any = None) -> tuple[Array, Array]:
   """Dot-product attention of ``query`` over the steps of ``hs`` where ``mask`` is True.
 
   Args:
     hs: <float>[batch, T, H] the outputs to attend over.
     query: <float>[batch, H].
     mask: <bool>[batch, T] the steps that may be attended.
+    precision: the matmul precision of the two products (None: the backend's default).
 
   Returns:
     ``(context <float>[batch, H], weights <float32>[batch, T])``; a row without any
     attendable step gets a zero context and zero weights. The scores and the softmax are
     float32 whatever the inputs' dtype; the context has the dtype of ``hs``.
   """
-  scores = jnp.einsum("bth,bh->bt", hs, query, preferred_element_type=jnp.float32)
+  scores = jnp.einsum("bth,bh->bt", hs, query, precision=precision,
+                      preferred_element_type=jnp.float32)
   scores = jnp.where(mask, scores, -jnp.inf)
   any_step = jnp.any(mask, axis=-1, keepdims=True)
   weights = jax.nn.softmax(jnp.where(any_step, scores, 0.0), axis=-1)
   weights = jnp.where(mask, weights, 0.0)
-  return jnp.einsum("bt,bth->bh", weights.astype(hs.dtype), hs), weights
+  return jnp.einsum("bt,bth->bh", weights.astype(hs.dtype), hs, precision=precision), weights
 
 
 @register_model("sentence_qa")
@@ -86,6 +89,8 @@ class SentenceQA(nn.Module):
     attention: dot-product attention of the question state over the sentence states.
     dtype, param_dtype: the precision policy of the embedding and the dense layers
       (:mod:`rumjax.models.precision`; None: float32); the logits are float32.
+    precision: the matmul precision of the dense layers and the attention (None: the
+      backend's default; the cell has its own, set by :func:`rumjax.models.build_model`).
   """
   cell: nn.RNNCellBase
   vocab_size: int
@@ -94,6 +99,7 @@ class SentenceQA(nn.Module):
   attention: bool = False
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False) -> Array:
@@ -110,7 +116,7 @@ class SentenceQA(nn.Module):
     story, question = batch["story"], batch["question"]
     lengths = jnp.asarray(batch["story_lengths"], jnp.int32)
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     name=name)
+                                     precision=self.precision, name=name)
     embed = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="embed")
     sentences = bag_of_words(embed(story), story)              # [B, S, E]
@@ -124,7 +130,7 @@ class SentenceQA(nn.Module):
     h_q = jnp.take_along_axis(hs, lengths[:, None, None], axis=1)[:, 0]
     features = h_q
     if self.attention:
-      context, _ = dot_attention(hs, h_q, pos < lengths[:, None])
+      context, _ = dot_attention(hs, h_q, pos < lengths[:, None], precision=self.precision)
       features = jnp.tanh(dense(self.cell.features, "attention_dense")(
           jnp.concatenate([context, h_q], axis=-1)))
     return precision.float32_logits(dense(self.num_classes, "head")(features))

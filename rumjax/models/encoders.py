@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rumjax.cells import flax_cells
 from rumjax.layers.positional import sinusoidal_positions
 from rumjax.layers.starsaber import StarSaberLayer
 from rumjax.layers.transformer import ReZeroLayer, TransformerLayer
@@ -103,13 +104,14 @@ class StarSaberEncoder(nn.Module):
     features: ``d`` (``x`` has ``d`` features).
     num_layers: ``L``.
     variant: one of :data:`rumjax.layers.starsaber.VARIANTS`.
-    dtype, param_dtype: the precision policy of every layer.
+    dtype, param_dtype, precision: the precision policy of every layer.
   """
   features: int
   num_layers: int
   variant: str = "plain"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool) -> Array:
@@ -118,7 +120,8 @@ class StarSaberEncoder(nn.Module):
     h = x
     for l in range(self.num_layers):
       h = StarSaberLayer(self.features, variant=self.variant, dtype=self.dtype,
-                         param_dtype=self.param_dtype, name=f"layer_{l}")(h, x, mask)
+                         param_dtype=self.param_dtype, precision=self.precision,
+                         name=f"layer_{l}")(h, x, mask)
     return h
 
 
@@ -133,6 +136,7 @@ class TransformerEncoder(nn.Module):
   rezero: bool = False
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool) -> Array:
@@ -141,7 +145,8 @@ class TransformerEncoder(nn.Module):
     for l in range(self.num_layers):
       x = layer_cls(self.features, num_heads=self.num_heads, ffn_size=self.ffn_size,
                     dropout_rate=self.dropout_rate, dtype=self.dtype,
-                    param_dtype=self.param_dtype, name=f"layer_{l}")(
+                    param_dtype=self.param_dtype, precision=self.precision,
+                    name=f"layer_{l}")(
                         x, mask, deterministic=deterministic)
     return x
 
@@ -149,10 +154,12 @@ class TransformerEncoder(nn.Module):
 class BiLSTMEncoder(nn.Module):
   """A forward and a backward LSTM (``forward``, ``backward``: ``nn.RNN`` over
   ``nn.OptimizedLSTMCell(features)``, parameters at ``forward/cell``, ``backward/cell``),
-  each stopping at the sequence's length."""
+  each stopping at the sequence's length; ``precision`` is the LSTMs' matmul precision
+  (:class:`rumjax.cells.flax_cells.OptimizedLSTMCell`)."""
   features: int
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, *, deterministic: bool
@@ -166,8 +173,9 @@ class BiLSTMEncoder(nn.Module):
     del deterministic
     lengths = jnp.sum(mask, axis=1)
     # Unbound cells (parent=None): nn.RNN adopts them, parameters at forward/cell etc.
-    cell = lambda: nn.OptimizedLSTMCell(self.features, dtype=self.dtype,
-                                        param_dtype=self.param_dtype, parent=None)
+    cell = lambda: flax_cells.OptimizedLSTMCell(self.features, dtype=self.dtype,
+                                                param_dtype=self.param_dtype,
+                                                precision=self.precision, parent=None)
     fwd = nn.RNN(cell(), name="forward")(x, seq_lengths=lengths)
     bwd = nn.RNN(cell(), reverse=True, keep_order=True, name="backward")(
         x, seq_lengths=lengths)
@@ -205,6 +213,8 @@ class SentenceEncoderModel(nn.Module):
       Flax's default).
     dtype, param_dtype: the precision policy of every layer
       (:mod:`rumjax.models.precision`; None: float32); the logits are float32.
+    precision: the matmul precision of every ``Dense``, attention and ``einsum`` (None:
+      the backend's default; :mod:`rumjax.models.precision`).
   """
   vocab_size: int
   num_classes: Optional[int] = None
@@ -219,13 +229,14 @@ class SentenceEncoderModel(nn.Module):
   embedding_init: Optional[Callable] = None
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   ENCODER = ""
   VARIANT = "plain"
   POSITIONS = False
 
   def _encoder(self) -> nn.Module:
-    policy = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    policy = dict(dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision)
     if self.ENCODER == "starsaber":
       return StarSaberEncoder(self.hidden_size, self.num_layers, self.VARIANT, **policy,
                               name="encoder")
@@ -252,7 +263,8 @@ class SentenceEncoderModel(nn.Module):
                      embedding_init=self.embedding_init or nn.linear.default_embed_init,
                      dtype=self.dtype, param_dtype=self.param_dtype, name="embed")
     dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype,
-                                           param_dtype=self.param_dtype, name=name, **kw)
+                                           param_dtype=self.param_dtype,
+                                           precision=self.precision, name=name, **kw)
     x = embed(tokens)
     if self.freeze_embeddings:
       x = jax.lax.stop_gradient(x)
@@ -284,7 +296,7 @@ class SentenceEncoderModel(nn.Module):
     if self.dtype is not None:
       hs, table = jnp.asarray(hs, self.dtype), jnp.asarray(table, self.dtype)
     # The tied output layer accumulates in float32: float32 logits (the policy).
-    logits = jnp.einsum("btd,vd->btv", hs, table,
+    logits = jnp.einsum("btd,vd->btv", hs, table, precision=self.precision,
                         preferred_element_type=jnp.promote_types(jnp.result_type(hs, table),
                                                                    jnp.float32))
     return precision.float32_logits(logits + bias)

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from rumjax.core import lstmn as lstmn_lib
 from rumjax.core.attention import masked_softmax
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import at_least_float32, resolve_precision
 from rumjax.models.lstmn import LSTMN
 
 Array = jax.Array
@@ -151,7 +151,8 @@ def last_state(hs: Array, cs: Array, mask: Optional[Array]) -> tuple[Array, Arra
 
 
 def deep_fusion_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: tuple,
-                     tapes: tuple, k: Array, *, memory_span: Optional[int] = None):
+                     tapes: tuple, k: Array, *, memory_span: Optional[int] = None,
+                     precision: Any = None):
   """One deep-fusion decoder step, eqs. (4)-(8) and (11)-(16), :func:`rumjax.core.lstmn.tape_scan`
   protocol.
 
@@ -166,6 +167,7 @@ def deep_fusion_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry
     tapes: the target tapes ``(H, C, W_h H)``.
     k: the 0-based step index.
     memory_span: of the intra-attention.
+    precision: the matmul precision of every product (None: the backend's default).
 
   Returns:
     ``((h_t, c_t, h_t @ attn_h), (h~_t, g~_t), (s_t, p_t))``.
@@ -175,40 +177,47 @@ def deep_fusion_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry
   valid_tape, pos_tape, src_mask = const
   ht_prev, gt_prev = carry
   h_tape, c_tape, p_tape = tapes
+  precision = resolve_precision(precision)
+  mm = functools.partial(jnp.matmul, precision=precision)
+  att = functools.partial(lstmn_lib.attention_weights, precision=precision)
+  summarize = functools.partial(lstmn_lib.summarize, precision=precision)
   visible = lstmn_lib.visible_positions(k, valid_tape, pos_tape, pos_t, memory_span)
-  s = lstmn_lib.attention_weights(p_tape, xa_t + ht_prev @ params["attn_ht"],
-                                  params["attn_v"], visible)                   # (4)-(5)
-  h_tilde = lstmn_lib.summarize(s, h_tape)                                     # (6)
-  c_tilde = lstmn_lib.summarize(s, c_tape)
-  p = lstmn_lib.attention_weights(params["src_proj"], xb_t + gt_prev @ params["inter_gt"],
-                                  params["inter_u"], src_mask)                 # (11)-(12)
-  g_tilde = lstmn_lib.summarize(p, params["src_hs"])                           # (13)
-  a_tilde = lstmn_lib.summarize(p, params["src_cs"])
-  r = jax.nn.sigmoid(g_tilde @ params["gate_r_g"] + xr_t)                      # (14)
-  h, c = lstmn_lib.lstmn_update(h_tilde @ params["gates_h"] + xg_t, c_tilde,
+  s = att(p_tape, xa_t + mm(ht_prev, params["attn_ht"]), params["attn_v"],
+          visible)                                                             # (4)-(5)
+  h_tilde = summarize(s, h_tape)                                               # (6)
+  c_tilde = summarize(s, c_tape)
+  p = att(params["src_proj"], xb_t + mm(gt_prev, params["inter_gt"]), params["inter_u"],
+          src_mask)                                                            # (11)-(12)
+  g_tilde = summarize(p, params["src_hs"])                                     # (13)
+  a_tilde = summarize(p, params["src_cs"])
+  r = jax.nn.sigmoid(mm(g_tilde, params["gate_r_g"]) + xr_t)                   # (14)
+  h, c = lstmn_lib.lstmn_update(mm(h_tilde, params["gates_h"]) + xg_t, c_tilde,
                                 r * a_tilde)                                   # (15)-(16)
   keep = m_t[:, None]
   new_carry = (jnp.where(keep, h_tilde, ht_prev), jnp.where(keep, g_tilde, gt_prev))
-  return (h, c, h @ params["attn_h"]), new_carry, (s, p)
+  return (h, c, mm(h, params["attn_h"])), new_carry, (s, p)
 
 
-@functools.partial(jax.jit, static_argnames=("memory_span", "impl", "return_attention"))
+@functools.partial(jax.jit, static_argnames=("memory_span", "impl", "return_attention",
+                                             "precision"))
 def _deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask, initial, *, memory_span,
-                      impl, return_attention):
+                      impl, return_attention, precision):
   params, xs, mask, initial, dtype = lstmn_lib._prepare(params, xs, mask, initial,
                                                         (src_hs, src_cs))
   src_hs, src_cs = jnp.asarray(src_hs, dtype), jnp.asarray(src_cs, dtype)
   batch, nh = xs.shape[0], params["gates_h"].shape[0]
   names = ("attn_h", "attn_ht", "attn_v", "gates_h", "inter_gt", "inter_u", "gate_r_g")
   w = {k: params[k] for k in names}
-  w.update(src_hs=src_hs, src_cs=src_cs, src_proj=src_hs @ params["inter_g"])  # W_g g_j
+  mm = functools.partial(jnp.matmul, precision=precision)
+  w.update(src_hs=src_hs, src_cs=src_cs, src_proj=mm(src_hs, params["inter_g"]))  # W_g g_j
   tm = lambda a: jnp.swapaxes(a, 0, 1)
-  x_proj = (tm(xs @ params["attn_x"]), tm(xs @ params["gates_x"] + params["gates_bias"]),
-            tm(xs @ params["inter_x"]), tm(xs @ params["gate_r_x"] + params["gate_r_bias"]))
+  x_proj = (tm(mm(xs, params["attn_x"])), tm(mm(xs, params["gates_x"]) + params["gates_bias"]),
+            tm(mm(xs, params["inter_x"])),
+            tm(mm(xs, params["gate_r_x"]) + params["gate_r_bias"]))
   (valid_tape, pos_tape), aux = lstmn_lib.tape_masks(mask)
   zeros = jnp.zeros((batch, nh), dtype)
-  first = lstmn_lib.initial_tape_entries(params, initial, batch, dtype)
-  step = functools.partial(deep_fusion_step, memory_span=memory_span)
+  first = lstmn_lib.initial_tape_entries(params, initial, batch, dtype, precision=precision)
+  step = functools.partial(deep_fusion_step, memory_span=memory_span, precision=precision)
   out = lstmn_lib.tape_scan(step, w, (valid_tape, pos_tape, src_mask), x_proj, aux,
                             (zeros, zeros), first, impl=impl,
                             return_extras=return_attention)
@@ -222,7 +231,8 @@ def _deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask, initial, *, me
 def deep_fusion_scan(params: dict, src_hs: Array, src_cs: Array, src_mask: Optional[Array],
                      xs: Array, *, mask: Optional[Array] = None,
                      initial: Optional[tuple] = None, memory_span: Optional[int] = None,
-                     impl: str = "fast", return_attention: bool = False):
+                     impl: str = "fast", return_attention: bool = False,
+                     precision: Any = None):
   """The deep-fusion decoder (eqs. (4)-(8), (11)-(16)) over a target, given source tapes.
 
   Args:
@@ -240,6 +250,8 @@ def deep_fusion_scan(params: dict, src_hs: Array, src_cs: Array, src_mask: Optio
     impl: ``"fast"`` (O(T N) backward memory) or ``"reference"`` (autodiff).
     return_attention: also return the intra weights <[B, T, T + 1]> and the inter weights
       ``p`` <[B, T, M]> (reference path).
+    precision: the matmul precision of every product, forward and backward (as
+      :func:`rumjax.lstmn_scan`'s).
 
   Returns:
     ``(hs, cs)`` <float>[B, T, Nh] (and the two weight arrays with ``return_attention``).
@@ -263,14 +275,15 @@ def deep_fusion_scan(params: dict, src_hs: Array, src_cs: Array, src_mask: Optio
   return _deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask,
                            None if initial is None else tuple(initial),
                            memory_span=memory_span, impl=impl,
-                           return_attention=bool(return_attention))
+                           return_attention=bool(return_attention),
+                           precision=resolve_precision(precision))
 
 
 # ----------------------------------------------------------------- shallow fusion
 
 
 def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array],
-                           tgt_hs: Array) -> tuple[Array, Array]:
+                           tgt_hs: Array, *, precision: Any = None) -> tuple[Array, Array]:
   """Shallow fusion's inter-attention and output layer (our reading, module docstring).
 
   ``e_tj = u^T tanh(W_g g_j + W_h h_t)``, ``alpha_t = softmax_j(e_t)`` over the real source
@@ -283,6 +296,7 @@ def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array
     src_hs: the encoder's hidden tape <float>[B, M, Nh].
     src_mask: <bool>[B, M] (None = all real).
     tgt_hs: the decoder's hidden tape <float>[B, T, Nh].
+    precision: the matmul precision of every product (None: the backend's default).
 
   Returns:
     ``(o, alpha)``: <float>[B, T, Nh] and the weights <float>[B, T, M].
@@ -291,16 +305,19 @@ def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array
   nb = jnp.shape(params.get("inter_u", (-1,)))[0]
   _check(params, shallow_param_shapes(nh, nb), "shallow_fusion_outputs")
   src_mask = _source_mask(src_hs, src_mask)
-  keys = src_hs @ params["inter_g"]                                   # [B, M, Nb]
-  queries = tgt_hs @ params["inter_h"]                                # [B, T, Nb]
+  precision = resolve_precision(precision)
+  mm = functools.partial(jnp.matmul, precision=precision)
+  keys = mm(src_hs, params["inter_g"])                                # [B, M, Nb]
+  queries = mm(tgt_hs, params["inter_h"])                             # [B, T, Nb]
   scores = jnp.einsum("btma,a->btm", jnp.tanh(keys[:, None] + queries[:, :, None]),
-                      params["inter_u"],
+                      params["inter_u"], precision=precision,
                       preferred_element_type=at_least_float32(keys, queries))
   # Scores and softmax in float32 (the precision policy); the weights in the tapes' dtype.
   alpha = masked_softmax(scores, src_mask[:, None, :]).astype(
       jnp.result_type(src_hs))
-  context = jnp.einsum("btm,bmn->btn", alpha, src_hs)
-  out = jnp.tanh(context @ params["out_ctx"] + tgt_hs @ params["out_h"] + params["out_bias"])
+  context = jnp.einsum("btm,bmn->btn", alpha, src_hs, precision=precision)
+  out = jnp.tanh(mm(context, params["out_ctx"]) + mm(tgt_hs, params["out_h"])
+                 + params["out_bias"])
   return out, alpha
 
 
@@ -317,7 +334,7 @@ class _Fusion(nn.Module):
     memory_span: of the intra-attentions (None = unlimited).
     condition_on_source: start the decoder's tape (position 0) from the encoder's last
       real ``(h, c)`` instead of zeros.
-    impl, dtype, param_dtype: as in :class:`rumjax.models.lstmn.LSTMN`.
+    impl, dtype, param_dtype, precision: as in :class:`rumjax.models.lstmn.LSTMN`.
   """
   hidden_size: int
   attn_size: int
@@ -327,6 +344,7 @@ class _Fusion(nn.Module):
   impl: str = "fast"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @property
   def nb(self) -> int:
@@ -334,7 +352,8 @@ class _Fusion(nn.Module):
 
   def lstmn(self, name: str) -> LSTMN:
     return LSTMN(self.hidden_size, self.attn_size, memory_span=self.memory_span,
-                 impl=self.impl, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+                 impl=self.impl, dtype=self.dtype, param_dtype=self.param_dtype,
+                 precision=self.precision, name=name)
 
   def encode(self, src_x, src_mask):
     src_hs, src_cs = self.lstmn("encoder")(src_x, src_mask)
@@ -375,7 +394,8 @@ class ShallowFusion(_Fusion):
     src_hs, src_cs, initial = self.encode(src_x, src_mask)
     tgt_hs, tgt_cs = self.lstmn("decoder")(tgt_x, tgt_mask, initial)
     params = self.params_of(shallow_param_shapes(self.hidden_size, self.nb))
-    out, _ = shallow_fusion_outputs(params, src_hs, src_mask, tgt_hs)
+    out, _ = shallow_fusion_outputs(params, src_hs, src_mask, tgt_hs,
+                                    precision=self.precision)
     return FusionOutputs(tgt_hs, tgt_cs, src_hs, src_cs, out)
 
 
@@ -398,7 +418,7 @@ class DeepFusionDecoder(_Fusion):
       params, src_hs, src_cs, xs = jax.tree.map(cast, (params, src_hs, src_cs, xs))
     return deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask=mask,
                             initial=initial, memory_span=self.memory_span, impl=self.impl,
-                            return_attention=return_attention)
+                            return_attention=return_attention, precision=self.precision)
 
 
 class DeepFusion(_Fusion):
@@ -418,6 +438,6 @@ class DeepFusion(_Fusion):
     decoder = DeepFusionDecoder(self.hidden_size, self.attn_size, self.inter_size,
                                 memory_span=self.memory_span, impl=self.impl,
                                 dtype=self.dtype, param_dtype=self.param_dtype,
-                                name="decoder")
+                                precision=self.precision, name="decoder")
     tgt_hs, tgt_cs = decoder(src_hs, src_cs, src_mask, tgt_x, tgt_mask, initial)
     return FusionOutputs(tgt_hs, tgt_cs, src_hs, src_cs, tgt_hs)

@@ -55,6 +55,8 @@ class LanguageModel(nn.Module):
       has its own); the logits are float32 and the state carried between windows keeps
       the dtypes of the core's ``initialize_carry`` (:mod:`rumjax.models.precision`).
     param_dtype: the parameters' dtype.
+    precision: the matmul precision of the head (None: the backend's default; the core
+      has its own, set by :func:`rumjax.models.build_model`).
   """
   cell: nn.RNNCellBase
   vocab_size: int
@@ -62,6 +64,7 @@ class LanguageModel(nn.Module):
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, batch: Mapping[str, Any], train: bool = False,
@@ -90,5 +93,5 @@ class LanguageModel(nn.Module):
     carry = precision.carry_like(carry, initial)
     hs = nn.Dropout(self.dropout_rate)(hs, deterministic=not train)
     logits = nn.Dense(self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype,
-                      name="head")(hs)
+                      precision=self.precision, name="head")(hs)
     return precision.float32_logits(logits), carry

@@ -32,6 +32,8 @@ class LSTMN(nn.Module):
     impl: ``"fast"`` (O(T N) training memory) or ``"reference"`` (plain autodiff).
     dtype: computation dtype (None: promote inputs and parameters).
     param_dtype: parameter dtype.
+    precision: the matmul precision of every product, forward and backward (None: the
+      backend's default; ``lstmn_scan``'s ``precision``).
   """
   hidden_size: int
   attn_size: int
@@ -39,6 +41,7 @@ class LSTMN(nn.Module):
   impl: str = "fast"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, xs: Array, mask: Optional[Array] = None,
@@ -66,7 +69,8 @@ class LSTMN(nn.Module):
                                                    for a in initial)
     return lstmn_lib.lstmn_scan(params, xs, mask=mask, memory_span=self.memory_span,
                                 initial=initial, impl=self.impl,
-                                return_attention=return_attention)
+                                return_attention=return_attention,
+                                precision=self.precision)
 
 
 class StackedLSTMN(nn.Module):
@@ -85,7 +89,8 @@ class StackedLSTMN(nn.Module):
     skip_input: feed ``x_t`` to every upper layer as well.
     dropout_rate: dropout on ``h^k`` before layer k + 1 reads it (not on ``x`` nor on the
       top layer's output; the ``"dropout"`` RNG).
-    memory_span, impl, dtype, param_dtype: as in :class:`LSTMN`, for every layer.
+    memory_span, impl, dtype, param_dtype, precision: as in :class:`LSTMN`, for every
+      layer.
     deterministic: evaluation mode (no dropout); overridden by the call argument.
   """
   num_layers: int
@@ -98,6 +103,7 @@ class StackedLSTMN(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   deterministic: bool = True
+  precision: Any = None
 
   @nn.compact
   def __call__(self, xs: Array, mask: Optional[Array] = None,
@@ -133,7 +139,7 @@ class StackedLSTMN(nn.Module):
           inputs = jnp.concatenate([inputs, jnp.asarray(xs, inputs.dtype)], axis=-1)
       layer = LSTMN(self.hidden_size, self.attn_size, memory_span=self.memory_span,
                     impl=self.impl, dtype=self.dtype, param_dtype=self.param_dtype,
-                    name=f"layer_{k}")
+                    precision=self.precision, name=f"layer_{k}")
       outputs.append(layer(inputs, mask, initial[k]))
     return outputs if return_all else outputs[-1]
 
@@ -156,8 +162,8 @@ class LSTMNCore(nn.Module):
     dropout_rate: dropout between layers.
     memory_span: None (the whole window) or the most recent positions attended to.
     deterministic: evaluation mode (set by ``run_recurrence`` from ``train``).
-    dtype, param_dtype: the precision policy of the stack (:class:`LSTMN`); the carry
-      stays float32 (:mod:`rumjax.models.precision`).
+    dtype, param_dtype, precision: the precision policy of the stack (:class:`LSTMN`);
+      the carry stays float32 (:mod:`rumjax.models.precision`).
   """
   features: int
   num_layers: int = 1
@@ -167,6 +173,7 @@ class LSTMNCore(nn.Module):
   deterministic: bool = True
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
   whole_sequence = True  # a class attribute, not a field
 
   def initialize_carry(self, rng, input_shape):
@@ -186,7 +193,8 @@ class LSTMNCore(nn.Module):
     stack = StackedLSTMN(self.num_layers, self.features, self.attn_size or self.features,
                          dropout_rate=self.dropout_rate, memory_span=self.memory_span,
                          deterministic=self.deterministic, dtype=self.dtype,
-                         param_dtype=self.param_dtype, name="stack")
+                         param_dtype=self.param_dtype, precision=self.precision,
+                         name="stack")
     layers = stack(xs, None, list(initial_carry), return_all=True)
     carry = tuple((hs[:, -1], cs[:, -1]) for hs, cs in layers)
     leaves, treedef = jax.tree.flatten(carry)   # in the initial carry's dtype (float32)

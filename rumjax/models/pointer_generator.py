@@ -279,10 +279,11 @@ class ReduceStates(nn.Module):
   """The decoder's initial carry from the encoder's final forward/backward carries.
 
   See the module docstring ("Initial decoder state"); parameters ``component_<k>``, one
-  ``Dense`` per vector component of the decoder carry.
+  ``Dense`` per vector component of the decoder carry (at the matmul ``precision``).
   """
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, fw_carry: PyTree, bw_carry: PyTree, template: PyTree) -> PyTree:
@@ -298,7 +299,7 @@ class ReduceStates(nn.Module):
       else:
         inputs = fw + bw
       dense = nn.Dense(leaves[k].shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
-                       name=f"component_{j}")
+                       precision=self.precision, name=f"component_{j}")
       out[k] = nn.relu(dense(jnp.concatenate(inputs, axis=-1))).astype(leaves[k].dtype)
     return jax.tree.unflatten(treedef, out)
 
@@ -310,7 +311,8 @@ class AttentionDecoderStep(nn.Module):
   The state is a dict, every leaf with leading axis B:
   ``carry`` (the cell's), ``context`` <[B, 2H]> (``h*_{t-1}``), ``coverage`` <[B, S]>
   (``c^t``), ``enc_outputs`` <[B, S, 2H]>, ``enc_features`` <[B, S, 2H]> (``W_h h_i``),
-  ``mask`` <float>[B, S], ``article_ext`` <int32>[B, S].
+  ``mask`` <float>[B, S], ``article_ext`` <int32>[B, S]. ``precision``: the matmul
+  precision of every ``Dense`` and ``einsum`` of the step (the cell has its own).
   """
   cell: nn.RNNCellBase
   vocab_size: int
@@ -320,6 +322,7 @@ class AttentionDecoderStep(nn.Module):
   coverage: bool = False
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, state: Mapping[str, Any], inputs: Array):
@@ -332,7 +335,7 @@ class AttentionDecoderStep(nn.Module):
     enc_outputs, enc_features = state["enc_outputs"], state["enc_features"]
     mask, coverage = state["mask"], state["coverage"]
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     name=name)
+                                     precision=self.precision, name=name)
     x = dense(self.embed_dim, "input_merge")(
         jnp.concatenate([inputs, jnp.asarray(state["context"], inputs.dtype)], axis=-1))
     carry, cell_out = self.cell(state["carry"], x)
@@ -350,9 +353,10 @@ class AttentionDecoderStep(nn.Module):
     # Attention scores, distribution and context in float32 (the precision policy).
     acc = jnp.promote_types(jnp.result_type(features, v), jnp.float32)
     scores = jnp.einsum("bsd,dk->bsk", jnp.tanh(features), jnp.asarray(v, features.dtype),
-                        preferred_element_type=acc)[..., 0]
+                        precision=self.precision, preferred_element_type=acc)[..., 0]
     attention = masked_attention(scores, mask)
-    context = jnp.einsum("bs,bsd->bd", attention, enc_outputs, preferred_element_type=acc)
+    context = jnp.einsum("bs,bsd->bd", attention, enc_outputs, precision=self.precision,
+                         preferred_element_type=acc)
     context = jnp.asarray(context, state["context"].dtype)
 
     output = dense(self.cell.features, "attn_output")(
@@ -402,6 +406,8 @@ class PointerGenerator(nn.Module):
       normalization" is ``eta=None``).
     dtype, param_dtype: the precision policy (module docstring; None: float32), passed
       to every layer and cell.
+    precision: the matmul precision of every layer and cell (None: the backend's
+      default; :mod:`rumjax.models.precision`).
   """
   vocab_size: int
   max_oovs: int
@@ -419,12 +425,13 @@ class PointerGenerator(nn.Module):
   update_gate: bool = True
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   def _make_cell(self, name: str) -> nn.RNNCellBase:
     options = {"lam": self.lam, "learn_lam": self.learn_lam, "eta": self.eta,
                "activation": self.activation,
                "update_gate": self.update_gate, "dtype": self.dtype,
-               "param_dtype": self.param_dtype}
+               "param_dtype": self.param_dtype, "precision": self.precision}
     return cell_from_config(name, self.hidden_size, options)
 
   def setup(self):
@@ -435,12 +442,13 @@ class PointerGenerator(nn.Module):
     self.encoder_fw = nn.RNN(self._make_cell(self.encoder_cell), return_carry=True)
     self.encoder_bw = nn.RNN(self._make_cell(self.encoder_cell), return_carry=True,
                              reverse=True, keep_order=True)
-    self.reduce = ReduceStates(**policy)
-    self.attn_encoder = nn.Dense(2 * self.hidden_size, use_bias=False, **policy)
+    self.reduce = ReduceStates(**policy, precision=self.precision)
+    self.attn_encoder = nn.Dense(2 * self.hidden_size, use_bias=False, **policy,
+                                 precision=self.precision)
     self.decoder = AttentionDecoderStep(
         self._make_cell(self.decoder_cell), vocab_size=self.vocab_size,
         max_oovs=self.max_oovs, embed_dim=self.embed_dim, pointer=self.pointer,
-        coverage=self.coverage, **policy)
+        coverage=self.coverage, **policy, precision=self.precision)
 
   def _embed_base(self, tokens: Array) -> Array:
     """Embeds ids, extended ids ``>= vocab_size`` as ``unk_id``."""

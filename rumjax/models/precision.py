@@ -16,6 +16,15 @@ layer-norm statistics (``nn.LayerNorm`` reduces in float32), the losses and metr
 path (:mod:`rumjax.core.rum`). A state carried between windows or decoder steps keeps the
 dtypes of its cell's ``initialize_carry`` (:func:`carry_like`), so a jitted step sees
 the same types at every call.
+
+``config.model.precision`` is the matmul precision of every ``Dense``, ``Einsum`` and
+``dot_general`` of the model and its cells (Flax's ``precision=``), a name of
+:data:`rumjax.core.precision.PRECISIONS`: ``"default"`` (the backend's default, ``None``
+as in Flax: float32 on a CPU, TF32 on an NVIDIA GPU from Ampere on, one bfloat16 pass on
+a TPU), ``"high"``, or ``"highest"`` (true float32 on every backend). :func:`resolve`
+turns it into a ``lax.Precision`` or None; :func:`rumjax.models.build_model` passes it to
+the model and its cells as their ``precision`` field. RUM's rotation path and the
+unitary cells' are at ``HIGHEST`` whatever it says.
 """
 
 from typing import Any, Mapping
@@ -23,10 +32,12 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import PRECISIONS, at_least_float32, resolve_precision
 from rumjax.cells.base import DTYPES   # the one table of policy names (cells use it too)
 
 FIELDS = ("dtype", "param_dtype")
+# The matmul precision's field (names of PRECISIONS; "default" when a config lacks it).
+PRECISION_FIELD = "precision"
 
 
 def get_dtype(name: Any, field: str = "dtype") -> Any:
@@ -40,20 +51,39 @@ def get_dtype(name: Any, field: str = "dtype") -> Any:
   return DTYPES[name]
 
 
+def get_precision(name: Any) -> Any:
+  """The ``lax.Precision`` (or None, the backend's default) of a matmul precision name of
+  :data:`~rumjax.core.precision.PRECISIONS`; a one-line ``ValueError`` naming the
+  choices.
+
+  >>> get_precision("highest")   # jax.lax.Precision.HIGHEST
+  """
+  try:
+    return resolve_precision(name)
+  except ValueError:
+    raise ValueError(f"config.model.precision={name!r} is unknown; accepted names are "
+                     f"{list(PRECISIONS)}.") from None
+
+
 def check_model_precision(model: Mapping[str, Any]) -> None:
-  """Checks ``config.model.dtype`` and ``config.model.param_dtype`` (when present)."""
+  """Checks ``config.model.dtype``, ``param_dtype`` and ``precision`` (when present)."""
   for field in FIELDS:
     if field in model:
       get_dtype(model[field], field)
+  if PRECISION_FIELD in model:
+    get_precision(model[PRECISION_FIELD])
 
 
 def resolve(model: Mapping[str, Any]) -> dict:
   """``dict(model)`` with the names of ``dtype``/``param_dtype`` (when present) replaced
-  by jnp dtypes, ready to be passed to modules and cells."""
+  by jnp dtypes and that of ``precision`` by a ``lax.Precision`` or None, ready to be
+  passed to modules and cells."""
   out = dict(model)
   for field in FIELDS:
     if isinstance(out.get(field), str):
       out[field] = get_dtype(out[field], field)
+  if PRECISION_FIELD in out:
+    out[PRECISION_FIELD] = get_precision(out[PRECISION_FIELD])
   return out
 
 

@@ -44,8 +44,10 @@ def build_model(model_config: Mapping[str, Any], **kwargs: Any):
   ``model_config["hidden_size"]`` and the cell's options in ``model_config``.
 
   The precision policy ``model_config["dtype"]``/``["param_dtype"]`` (names such as
-  ``"bfloat16"``, see :mod:`rumjax.models.precision`) is resolved to jnp dtypes and
-  passed to the model and to its cell, as their ``dtype``/``param_dtype`` fields.
+  ``"bfloat16"``, see :mod:`rumjax.models.precision`) is resolved to jnp dtypes, and
+  ``model_config["precision"]`` (``"default"``, ``"high"``, ``"highest"``) to a
+  ``lax.Precision`` or None, and passed to the model and to its cell, as their
+  ``dtype``/``param_dtype``/``precision`` fields.
   """
   cls = MODELS.get(model_config["name"])
   fields = model_fields(cls)

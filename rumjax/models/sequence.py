@@ -129,6 +129,8 @@ class TokenSequenceModel(nn.Module):
     dtype: the computation dtype of the input and the head (None: float32; the cell has
       its own, set by :func:`rumjax.models.build_model`); the logits are float32.
     param_dtype: the parameters' dtype.
+    precision: the matmul precision of the head (None: the backend's default; the cell
+      has its own, set by :func:`rumjax.models.build_model`).
   """
   cell: nn.RNNCellBase
   vocab_size: int
@@ -136,6 +138,7 @@ class TokenSequenceModel(nn.Module):
   embed_dim: Optional[int] = None
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   def encode(self, batch: Mapping[str, Any], train: bool) -> Array:
     """<int>[batch, T] tokens -> <float>[batch, T, cell.features], inside the subclass's
@@ -147,7 +150,8 @@ class TokenSequenceModel(nn.Module):
   def logits(self, hs: Array) -> Array:
     """The output layer ``head``; float32 logits (the precision policy)."""
     return precision.float32_logits(nn.Dense(self.num_classes, dtype=self.dtype,
-                                             param_dtype=self.param_dtype, name="head")(hs))
+                                             param_dtype=self.param_dtype,
+                                             precision=self.precision, name="head")(hs))
 
 
 @register_model("tagger")

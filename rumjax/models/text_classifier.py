@@ -126,7 +126,7 @@ class ClassifierHead(nn.Module):
   """``mlp_layers`` x (Dense(mlp_size) + ReLU), dropout, Dense(num_classes) (the authors'
   ``classifier_simple.lua``: dropout after the ReLU layers, before the softmax layer).
 
-  Submodules ``mlp_0``, ``mlp_1``, ... and ``logits``.
+  Submodules ``mlp_0``, ``mlp_1``, ... and ``logits``, at the matmul ``precision``.
   """
   num_classes: int
   mlp_layers: int
@@ -134,12 +134,13 @@ class ClassifierHead(nn.Module):
   dropout_rate: float
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   @nn.compact
   def __call__(self, features: Array, train: bool) -> Array:
     """<float>[B, F] -> logits <float32>[B, num_classes] (float32 under any policy)."""
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     name=name)
+                                     precision=self.precision, name=name)
     for k in range(self.mlp_layers):
       features = nn.relu(dense(self.mlp_size, f"mlp_{k}")(features))
     features = nn.Dropout(self.dropout_rate, deterministic=not train)(features)
@@ -167,6 +168,8 @@ class TextClassifier(nn.Module):
       vectors; default Flax's N(0, 1)-like ``default_embed_init``).
     dtype, param_dtype: the precision policy (:mod:`rumjax.models.precision`; None:
       float32) of every layer; the logits are float32.
+    precision: the matmul precision of every layer (None: the backend's default; a cell
+      has its own, set by :func:`rumjax.models.build_model`).
   """
   vocab_size: int
   num_classes: int
@@ -179,6 +182,7 @@ class TextClassifier(nn.Module):
   embedding_init: Callable = nn.linear.default_embed_init
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  precision: Any = None
 
   pairs_only = False  # reads sentence pairs only (the fusion models)
 
@@ -226,7 +230,8 @@ class TextClassifier(nn.Module):
                       self.pooling)
     head = ClassifierHead(self.num_classes, self.mlp_layers,
                           self.mlp_size or self.hidden_size, self.dropout_rate,
-                          dtype=self.dtype, param_dtype=self.param_dtype, name="head")
+                          dtype=self.dtype, param_dtype=self.param_dtype,
+                          precision=self.precision, name="head")
     return head(features, train)
 
 
@@ -283,7 +288,7 @@ class LSTMNTextClassifier(TextClassifier):
     stack = StackedLSTMN(self.num_layers, self.hidden_size,
                          self.attn_size or self.hidden_size, skip_input=self.skip_input,
                          memory_span=self.memory_span, impl=self.impl, dtype=self.dtype,
-                         param_dtype=self.param_dtype, name=name)
+                         param_dtype=self.param_dtype, precision=self.precision, name=name)
     return stack(xs, mask, deterministic=not train)[0]
 
 
@@ -324,7 +329,8 @@ class FusionTextClassifier(TextClassifier):
     fusion = self.fusion_cls(self.hidden_size, self.attn_size or self.hidden_size,
                              self.inter_size, memory_span=self.memory_span,
                              condition_on_source=self.condition_on_source, impl=self.impl,
-                             dtype=self.dtype, param_dtype=self.param_dtype, name="fusion")
+                             dtype=self.dtype, param_dtype=self.param_dtype,
+                             precision=self.precision, name="fusion")
     out = fusion(xp, mp, xh, mh)
     return out.src_hs, out.outputs
 

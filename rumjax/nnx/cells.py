@@ -115,14 +115,17 @@ class LayerNorm(nnx.Module):
 class Cell(nnx.RNNCellBase):
   """What the NNX cells share: sizes, the precision policy, the zero carry.
 
-  ``dtype``/``param_dtype`` as in :class:`rumjax.cells.base.RecurrentCell`; the carry
-  is in ``dtype`` (``param_dtype`` if None), at least float32 for a unitary cell.
+  ``dtype``/``param_dtype``/``precision`` as in :class:`rumjax.cells.base.RecurrentCell`;
+  the carry is in ``dtype`` (``param_dtype`` if None), at least float32 for a unitary
+  cell.
   """
   UNITARY = False
 
-  def _init_common(self, in_features, hidden_features, dtype, param_dtype, carry_init):
+  def _init_common(self, in_features, hidden_features, dtype, param_dtype, carry_init,
+                   precision=None):
     self.in_features, self.hidden_features = in_features, hidden_features
     self.dtype, self.param_dtype, self.carry_init = dtype, param_dtype, carry_init
+    self.precision = base.resolve_precision(precision)
 
   @property
   def carry_dtype(self) -> Any:
@@ -178,12 +181,13 @@ class RUMCell(Cell):
                kernel_h_init: Callable = rum_lib.rum_kernel_init(2),
                bias_init: Callable = rum_lib.rum_bias_init, dtype: Optional[Any] = None,
                param_dtype: Any = jnp.float32, carry_init: Callable = zeros,
-               rngs: nnx.Rngs):
+               precision: Any = None, rngs: nnx.Rngs):
     rum_lib.check_lam(lam)
     rum_lib.check_eta(eta)
     rum_lib.get_activation(activation)
     base.check_probability("zoneout", zoneout)
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n = hidden_features
     self.eta, self.activation, self.update_gate = eta, activation, update_gate
     # learn_lam: lam is the nnx.Param ``lam`` (a scalar, as the Linen cell's params["lam"];
@@ -210,9 +214,9 @@ class RUMCell(Cell):
     if self.layer_norm:
       norms = dict(norm_tau=self.ln_tau, norm_u=self.ln_u, norm_h=self.ln_h)
     new_carry, (h, _) = rum_lib.rum_step(
-        carry, inputs @ kernel_x + bias, kernel_h, lam=lam, eta=self.eta,
-        activation=rum_lib.get_activation(self.activation),
-        update_gate=self.update_gate, **norms)
+        carry, base.matmul(inputs, kernel_x, self.precision) + bias, kernel_h, lam=lam,
+        eta=self.eta, activation=rum_lib.get_activation(self.activation),
+        update_gate=self.update_gate, precision=self.precision, **norms)
     if self.zoneout > 0:
       h_prev = carry[1] if self.has_memory else carry
       h = base.zoneout(_RngSource(self.rngs), self.zoneout, h_prev, h,
@@ -251,9 +255,11 @@ class EURNNCell(Cell):
                kernel_x_init: Callable = eurnn_lib.symmetric_uniform(0.01),
                theta_init: Callable = eurnn_lib.uniform_angles, bias_init: Callable = zeros,
                dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
-               carry_init: Callable = zeros, rngs: nnx.Rngs):
+               carry_init: Callable = zeros,
+               precision: Any = None, rngs: nnx.Rngs):
     eurnn_lib.check_eunn(hidden_features, capacity, fft)
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n = hidden_features
     self.capacity, self.fft = capacity, fft
     self.thetas = _param(theta_init, rngs, (eurnn_lib.eunn_num_angles(n, capacity, fft),),
@@ -264,7 +270,8 @@ class EURNNCell(Cell):
   def __call__(self, carry, inputs):
     params = dict(thetas=self.thetas[...], kernel_x=self.kernel_x[...], bias=self.bias[...])
     return eurnn_lib.eurnn_step(params, carry, inputs, capacity=self.capacity,
-                                fft=self.fft, dtype=self.dtype)
+                                fft=self.fft, dtype=self.dtype,
+                                precision=self.precision)
 
 
 @register_cell("goru")
@@ -281,9 +288,11 @@ class GORUCell(Cell):
                bias_init: Callable = goru_lib.goru_bias_init,
                mod_bias_init: Callable = nn.initializers.constant(2.0),
                dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
-               carry_init: Callable = zeros, rngs: nnx.Rngs):
+               carry_init: Callable = zeros,
+               precision: Any = None, rngs: nnx.Rngs):
     eurnn_lib.check_eunn(hidden_features, capacity, fft)
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n, p = hidden_features, param_dtype
     self.capacity, self.fft = capacity, fft
     self.kernel_x = _param(kernel_x_init, rngs, (in_features, 3 * n), p)
@@ -296,7 +305,7 @@ class GORUCell(Cell):
     params = {k: getattr(self, k)[...]
               for k in ("kernel_x", "kernel_h", "bias", "mod_bias", "thetas")}
     return goru_lib.goru_step(params, carry, inputs, capacity=self.capacity, fft=self.fft,
-                              dtype=self.dtype)
+                              dtype=self.dtype, precision=self.precision)
 
 
 @register_cell("urnn")
@@ -313,8 +322,9 @@ class URNNCell(Cell):
                kernel_x_init: Callable = nn.initializers.glorot_uniform(),
                bias_init: Callable = zeros, dtype: Optional[Any] = None,
                param_dtype: Any = jnp.float32, carry_init: Callable = zeros,
-               rngs: nnx.Rngs):
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+               precision: Any = None, rngs: nnx.Rngs):
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n = hidden_features
     self.recurrent_orthogonal = _param(recurrent_init, rngs, (n, n), base.precise(param_dtype))
     self.kernel_x = _param(kernel_x_init, rngs, (in_features, n), param_dtype)
@@ -323,7 +333,8 @@ class URNNCell(Cell):
   def __call__(self, carry, inputs):
     params = {urnn_lib.ORTHOGONAL_NAME: self.recurrent_orthogonal[...],
               "kernel_x": self.kernel_x[...], "bias": self.bias[...]}
-    return urnn_lib.urnn_step(params, carry, inputs, dtype=self.dtype)
+    return urnn_lib.urnn_step(params, carry, inputs, dtype=self.dtype,
+                              precision=self.precision)
 
 
 @register_cell("fwln")
@@ -339,10 +350,11 @@ class FWLNCell(Cell):
                kernel_x_init: Callable = nn.initializers.glorot_uniform(),
                bias_init: Callable = zeros, dtype: Optional[Any] = None,
                param_dtype: Any = jnp.float32, carry_init: Callable = zeros,
-               rngs: nnx.Rngs):
+               precision: Any = None, rngs: nnx.Rngs):
     fwln_lib.check_inner_steps(inner_steps)
     rum_lib.get_activation(activation)
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n = hidden_features
     self.decay, self.fast_lr, self.inner_steps = decay, fast_lr, inner_steps
     self.activation = activation
@@ -355,7 +367,8 @@ class FWLNCell(Cell):
     params = {k: getattr(self, k)[...] for k in ("kernel_h", "kernel_x", "bias")}
     return fwln_lib.fwln_step(params, carry, inputs, ln=self.ln, decay=self.decay,
                               fast_lr=self.fast_lr, inner_steps=self.inner_steps,
-                              activation=self.activation, dtype=self.dtype)
+                              activation=self.activation, dtype=self.dtype,
+                              precision=self.precision)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
     """``(A_0, h_0) = (0, 0)``."""
@@ -376,10 +389,12 @@ class LNLSTMCell(Cell):
                kernel_x_init: Callable = nn.initializers.orthogonal(),
                kernel_h_init: Callable = nn.initializers.orthogonal(),
                dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
-               carry_init: Callable = zeros, rngs: nnx.Rngs):
+               carry_init: Callable = zeros,
+               precision: Any = None, rngs: nnx.Rngs):
     base.check_probability("zoneout", zoneout)
     base.check_probability("zoneout_c", zoneout_c)
-    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init)
+    self._init_common(in_features, hidden_features, dtype, param_dtype, carry_init,
+                      precision)
     n = hidden_features
     self.forget_bias, self.zoneout, self.zoneout_c = forget_bias, zoneout, zoneout_c
     self.deterministic = deterministic
@@ -396,7 +411,7 @@ class LNLSTMCell(Cell):
         params, carry, inputs, ln_gates=self.ln_gates, ln_c=self.ln_c,
         forget_bias=self.forget_bias, zoneout_h=self.zoneout, zoneout_c=self.zoneout_c,
         deterministic=self.deterministic, rng_source=_RngSource(self.rngs),
-        dtype=self.dtype)
+        dtype=self.dtype, precision=self.precision)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
     """``(c_0, h_0) = (0, 0)``."""
@@ -405,6 +420,28 @@ class LNLSTMCell(Cell):
     return self.hidden_carry(input_shape, c_key), self.hidden_carry(input_shape, h_key)
 
 
+class _FlaxCellPrecision:
+  """Flax's NNX cell with the policy's ``precision`` (keyword only; None: the backend's
+  default): its step runs under :func:`rumjax.cells.base.matmul_precision`, as the Linen
+  "gru" and "lstm" (:mod:`rumjax.cells.flax_cells`)."""
+
+  def __init__(self, *args, precision: Any = None, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.precision = base.resolve_precision(precision)
+
+  def __call__(self, carry, inputs):
+    with base.matmul_precision(self.precision):
+      return super().__call__(carry, inputs)
+
+
+class OptimizedLSTMCell(_FlaxCellPrecision, nnx.OptimizedLSTMCell):
+  """``nnx.OptimizedLSTMCell`` with ``precision``."""
+
+
+class GRUCell(_FlaxCellPrecision, nnx.GRUCell):
+  """``nnx.GRUCell`` with ``precision``."""
+
+
 # Flax's own NNX cells, as the Linen registry takes Flax's Linen ones.
-register_cell("lstm", nnx.OptimizedLSTMCell)
-register_cell("gru", nnx.GRUCell)
+register_cell("lstm", OptimizedLSTMCell)
+register_cell("gru", GRUCell)

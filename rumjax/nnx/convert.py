@@ -71,8 +71,10 @@ def _nnx_params(cell) -> dict:
 def _converters(cell):
   if isinstance(cell, Cell):
     return (lambda p: p), (lambda p: p)
-  for cls, conv in _FLAX_CELLS.items():
-    if type(cell) is cls:  # pylint: disable=unidiomatic-typecheck
+  # Flax's own cell or rumjax.nnx's subclass of it (which adds only ``precision``).
+  for cls in type(cell).__mro__:
+    conv = _FLAX_CELLS.get(cls)
+    if conv is not None:
       if conv[1] is None:
         raise TypeError("nnx.LSTMCell keeps separate gate layers; use nnx.OptimizedLSTMCell "
                         "(rumjax.nnx.make_cell('lstm', ...)), the cell of Linen's 'lstm'.")
