@@ -46,7 +46,6 @@ cell's gate and input matmuls (:func:`matmul`); the unitary and rotation paths s
 ``HIGHEST`` whatever it says.
 """
 
-import contextlib
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -72,19 +71,8 @@ def matmul(a: Array, b: Array, precision: Any = None) -> Array:
   return jnp.matmul(a, b, precision=resolve_precision(precision))
 
 
-def matmul_precision(precision: Any):
-  """A context in which every dot product that names no precision of its own runs at
-  ``precision`` (``jax.default_matmul_precision``); ``None``/``"default"``: a null
-  context, so an enclosing ``jax.default_matmul_precision`` still applies.
-
-  For code without a ``precision`` argument and without a custom VJP (Flax's GRU and
-  LSTM cells, :mod:`rumjax.core.starsaber`): the context acts while a function is traced,
-  so a custom VJP's backward pass, traced later, would escape it.
-  """
-  resolved = resolve_precision(precision)
-  if resolved is None:
-    return contextlib.nullcontext()
-  return jax.default_matmul_precision(resolved.name.lower())
+# A jax.default_matmul_precision context for code without a precision argument.
+matmul_precision = precision_lib.matmul_precision
 
 
 def resolve_dtype(value: Any, field: str = "dtype") -> Any:

@@ -20,6 +20,7 @@
   (``"default"`` is ``None``: the backend decides, as in Flax.)
 """
 
+import contextlib
 from typing import Any, Optional, Union
 
 import jax
@@ -53,3 +54,18 @@ def resolve_precision(
   raise ValueError(
       f"precision={precision!r} is unknown; accepted values are {list(PRECISIONS)} "
       "(or a jax.lax.Precision, or None for the backend's default).")
+
+
+def matmul_precision(precision: Union[None, str, jax.lax.Precision]):
+  """A context in which every dot product that names no precision of its own runs at
+  ``precision`` (``jax.default_matmul_precision``); None/``"default"``: a null context, so
+  an enclosing ``jax.default_matmul_precision`` still applies.
+
+  For code without a ``precision`` argument and without a custom VJP (Flax's GRU and LSTM
+  cells, :mod:`rumjax.core.starsaber`): the context acts while a function is traced, so a
+  custom VJP's backward pass, traced later, would escape it.
+  """
+  resolved = resolve_precision(precision)
+  if resolved is None:
+    return contextlib.nullcontext()
+  return jax.default_matmul_precision(resolved.name.lower())

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.core import starsaber as starsaber_lib
-from rumjax.cells.base import matmul_precision
+from rumjax.core.precision import matmul_precision
 
 Array = jax.Array
 
@@ -59,7 +59,7 @@ class StarSaberLayer(nn.Module):
     dtype: computation dtype (None: the functional layer's promotion of inputs and params).
     precision: the matmul precision of the layer's products (None: the backend's
       default); the functional layer is traced under
-      :func:`rumjax.cells.base.matmul_precision` (it has no custom VJP, so its gradient
+      :func:`rumjax.core.precision.matmul_precision` (it has no custom VJP, so its gradient
       is at that precision too).
   """
   features: int
