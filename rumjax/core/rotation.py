@@ -85,7 +85,18 @@ def _safe_norm(x):
   return jnp.sqrt(jnp.where(nonzero, sq, 1.0)), nonzero
 
 
-def _fallback(u):
+def first_coordinates(u, in_kernel: bool = False):
+  """``(u_0, u_1)`` (shape ``u.shape[:-1]``): slices, or with ``in_kernel`` masked sums
+  (a Pallas Triton kernel cannot slice; the sums of one number and zeros are exact, so both
+  give the same values; the slices are cheaper for XLA)."""
+  if not in_kernel:
+    return u[..., 0], u[..., 1]
+  index = jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1)
+  coordinate = lambda k: jnp.sum(jnp.where(index == k, u, 0.0), axis=-1)
+  return coordinate(0), coordinate(1)
+
+
+def _fallback(u, in_kernel: bool = False):
   """A unit vector orthogonal to the unit vector ``u`` (elementwise, no argmin).
 
   The first coordinate axis if ``u_0^2 <= 1/2``, else the second (then ``u_1^2 <= 1/2``),
@@ -94,11 +105,8 @@ def _fallback(u):
   n = u.shape[-1]
   if n < 2:
     return jnp.zeros_like(u)
-  # u_0 and u_1 as masked sums, not slices (a Pallas Triton kernel cannot slice; the sums
-  # of one number and zeros are exact).
   index = jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1)
-  coordinate = lambda k: jnp.sum(jnp.where(index == k, u, 0.0), axis=-1, keepdims=True)
-  u0, u1 = coordinate(0), coordinate(1)
+  u0, u1 = (x[..., None] for x in first_coordinates(u, in_kernel))
   first = u0 * u0 <= 0.5
   uk = jnp.where(first, u0, u1)
   axis = jnp.where(first, 0, 1) == index
@@ -107,12 +115,13 @@ def _fallback(u):
       jnp.where(sq > 0, sq, 1.0)), 0.0)
 
 
-def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
+def rotation_plane(a: jax.Array, b: jax.Array, in_kernel: bool = False) -> RotationPlane:
   """The plane, angle and 2 x 2 block of ``Rotation(a, b)`` (eq. (1)), batched.
 
   Args:
     a: <float>[..., N] the vector to rotate from (``e~_t`` in RUM).
     b: <float>[..., N] the vector to rotate towards (``tau_t`` in RUM).
+    in_kernel: inside a Pallas Triton kernel (no slicing; the same values).
 
   Returns:
     A :class:`RotationPlane` in :func:`~rumjax.core.precision.at_least_float32`; see the
@@ -157,7 +166,7 @@ def rotation_plane(a: jax.Array, b: jax.Array) -> RotationPlane:
   # decides it) and we rotate by exactly pi (c = -1, s = 0, an error <= 16 eps in the
   # value) in the plane of u and a coordinate axis orthogonalised against u.
   v_ok = sin > 16 * jnp.finfo(dtype).eps
-  fallback = _fallback(u)
+  fallback = _fallback(u, in_kernel)
   v = jnp.where(v_ok[..., None], p / jnp.where(v_ok, sin, 1.0)[..., None], fallback)
   cos_l, sin_l = jnp.where(v_ok, cos, -1.0), jnp.where(v_ok, sin, 0.0)
   large = RotationPlane(u, v, cos_l - 1.0, -sin_l, sin_l, cos_l - 1.0, cos_l, sin_l)

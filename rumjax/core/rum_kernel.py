@@ -23,8 +23,8 @@ What runs where (one ``jax.custom_vjp``):
   saves ``h_t``, ``tau_t``, ``u'_t`` and, for ``lam=1``, ``R_{t-1} [u, q, Rot h]``, as the
   fast path does.
 * The backward kernel, per example, for t = T..1: the fast path's backward step
-  (:mod:`rumjax.core.rum_fast`): the head's chain rule by hand, the rotation's by ``jax.vjp``
-  of the same function as the forward pass, and for ``lam=1`` the rebuild
+  (:mod:`rumjax.core.rum_fast`): the head's and the rotation's chain rule by hand
+  (:func:`rumjax.core.rum_fast._rotate_bwd`), and for ``lam=1`` the rebuild
   ``R_{t-1} = R_t Rot_t^T`` from the saved ``R_{t-1} [u, q]`` with the cotangent
   ``Q_{t-1} = Q_t Rot_t^T + w (Rot_t h_{t-1})^T``. Every input of the rotation is saved or is
   an input (``e_t``), never recomputed by another matmul (issue 44).
@@ -125,7 +125,7 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     tau = xt_ref[t].astype(F32) + _vm(h, wt_ref[...].astype(F32))
     upre = xu_ref[t].astype(F32) + _vm(h, wu_ref[...].astype(F32))
     e = e_ref[t].astype(F32)
-    x, p = rum_fast._rotate(tau, e, h)
+    x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
     if lam:
       ru, rq, rh = _mv(r, p.u), _mv(r, p.q), _mv(r, x)     # R_{t-1} [u, q, Rot h]
       row_u, row_q = rum_fast._m_rows(p)
@@ -166,7 +166,7 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
     h = jnp.where(t > 0, hs_ref[jnp.maximum(t - 1, 0)].astype(F32), h0)
     tau, upre, e = tau_ref[t], upre_ref[t], e_ref[t].astype(F32)
     g = dh + g_ref[t].astype(F32)
-    (x, p), rot_vjp = jax.vjp(rum_fast._rotate, tau, e, h)
+    x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
     rh = rh_ref[t] if lam else x
     _, aux = rum_fast._head(head, h, upre, e, rh)
     dh_gate, dgate, w = rum_fast._head_bwd(head, h, aux, g)
@@ -185,7 +185,9 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
       q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
     else:
       dx, du, dq, dms = w, jnp.zeros_like(p.u), jnp.zeros_like(p.q), (zero,) * 4
-    dtau, de, dh = rot_vjp((dx, RotationPlane(du, dq, *dms, zero, zero)))
+    dtau, de, dh = rum_fast._rotate_bwd(tau, e, h, p, dx,
+                                        RotationPlane(du, dq, *dms, zero, zero),
+                                        in_kernel=True)
     dh = dh + _mv(wt_ref[...].astype(F32), dtau)          # tau = ... + h W^tau_hh
     if cfg.head.update_gate:
       dh = dh + dh_gate + _mv(wu_ref[...].astype(F32), dgate)
