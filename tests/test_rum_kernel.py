@@ -136,7 +136,15 @@ def test_kernel_refuses_what_it_does_not_run(kwargs, message):
     rum_scan(params, jnp.ones((2, 3, 3)), impl="kernel", **kwargs)
 
 
-def test_auto_selects_the_kernel_on_gpus_only():
+def test_auto_keeps_the_xla_path_until_a_gpu_has_measured_the_kernel():
+  """KERNEL_AUTO_MAX_HIDDEN is 0 until .ci/accelerator has timed the kernel on a GPU."""
+  assert rum.KERNEL_AUTO_MAX_HIDDEN == 0
+  assert rum.select_impl("auto", lam=1, return_cos=False, nh=50, dtype=jnp.float32,
+                         backend="gpu") == "fast"
+
+
+def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):
+  monkeypatch.setattr(rum, "KERNEL_AUTO_MAX_HIDDEN", 128)
   sel = functools.partial(rum.select_impl, "auto", return_cos=False, dtype=jnp.float32)
   assert sel(lam=1, nh=100, backend="gpu") == "kernel"
   assert sel(lam=0, nh=50, backend="gpu") == "kernel"

@@ -302,10 +302,12 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
 
 IMPLS = ("auto", "fast", "kernel", "reference")
 
-# impl="auto" picks the fused kernel on a GPU up to this padded hidden size: R (and Q in
-# the backward pass) of Np x Np float32 per example must stay on chip. Not yet measured
-# on a GPU (issue 45): launch/accelerator_report.py times it beside the XLA path.
-KERNEL_AUTO_MAX_HIDDEN = 128
+# impl="auto" picks the fused kernel on a GPU up to this padded hidden size (R, and Q in
+# the backward pass, Np x Np float32 per example, must stay on chip), once a GPU has
+# measured it faster than the XLA path there. The kernel has not yet run on a GPU (it is
+# tested in interpret mode and lowered for CUDA on a CPU): 0 until `.ci/accelerator` has
+# measured it (issue 45); then the largest padded size where it won (e.g. 128).
+KERNEL_AUTO_MAX_HIDDEN = 0
 
 _KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
@@ -327,7 +329,8 @@ def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
 
   ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
   0 and 1, float32 or bfloat16 and a padded hidden size up to
-  :data:`KERNEL_AUTO_MAX_HIDDEN`, without ``return_cos``; the XLA fast path
+  :data:`KERNEL_AUTO_MAX_HIDDEN` (0, i.e. never, until a GPU has measured the kernel
+  faster), without ``return_cos``; the XLA fast path
   (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs, TPUs, a real ``lam``,
   ``return_cos``. ``backend`` defaults to ``jax.default_backend()``.
   """
@@ -483,8 +486,8 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     time_major: whether time is the leading axis of ``xs`` and ``hs``.
     unroll: passed to ``lax.scan``.
     return_cos: also return ``cos(theta_t)`` of every step, <float>[*batch, T].
-    impl: ``"auto"`` (default): ``"kernel"`` on a GPU where it runs
-      (:func:`select_impl`: ``lam`` 0 or 1, float32 or bfloat16, hidden size up to
+    impl: ``"auto"`` (default): ``"kernel"`` on a GPU where it runs and was measured
+      faster (:func:`select_impl`: ``lam`` 0 or 1, float32 or bfloat16, hidden size up to
       :data:`KERNEL_AUTO_MAX_HIDDEN`, no ``return_cos``), else ``"fast"``. ``"kernel"``:
       :func:`rumjax.core.rum_kernel.kernel_scan`, the whole recurrence in one fused Pallas
       kernel per pass (Triton on CUDA; Pallas's interpret mode, slow, on other platforms:
