@@ -13,6 +13,15 @@ from rumjax import rotate, rotation_matrix
 from tests.reference import rotation_eq1
 
 
+@pytest.fixture(autouse=True)
+def _float32_matmuls():
+  """These tests compare the rotation with eq. (1) and float64: every matmul in true
+  float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's one bfloat16
+  pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the backend's default."""
+  with jax.default_matmul_precision("highest"):
+    yield
+
+
 def _random(seed, *shape):
   return np.random.default_rng(seed).normal(size=shape)
 
@@ -132,12 +141,18 @@ def test_dtypes_follow_inputs():
 
 
 @jax.jit
+def _rotation_and_norm(a, b, h):
+  """R and |Rotation(a, b) h| for the property test (one compilation per shape)."""
+  return rotation_matrix(a, b), jnp.linalg.norm(rotate(a, b, h), axis=-1)
+
+
 def _rotation_facts(a, b, h):
-  """R R^T, |Rotation(a, b) h| and R a/|a| for the property test (one compilation per shape)."""
-  r = rotation_matrix(a, b)
-  u_a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
-  return (r @ jnp.swapaxes(r, -1, -2), jnp.linalg.norm(rotate(a, b, h), axis=-1),
-          jnp.einsum("bij,bj->bi", r, u_a))
+  """R R^T, |Rotation(a, b) h| and R a/|a|, the products in float64 on the host (checks
+  computed at the backend's default precision would show its rounding, not R's)."""
+  r, norm = _rotation_and_norm(a, b, h)
+  r, a = np.asarray(r, np.float64), np.asarray(a, np.float64)
+  u_a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+  return r @ np.swapaxes(r, -1, -2), norm, np.einsum("bij,bj->bi", r, u_a)
 
 
 @hypothesis.settings(deadline=None)   # examples: the profile (tests/conftest.py)

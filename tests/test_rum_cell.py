@@ -11,6 +11,16 @@ import rumjax
 from rumjax import cells
 
 
+@pytest.fixture(autouse=True)
+def _float32_matmuls():
+  """These tests compare the cell with rum_scan and with references: every matmul in
+  true float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's one
+  bfloat16 pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the backend's
+  default."""
+  with jax.default_matmul_precision("highest"):
+    yield
+
+
 def _xs(seed, *shape):
   return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
 

@@ -12,6 +12,16 @@ from rumjax.core.rum import rum_scan
 B, T, NX, NH = 3, 6, 4, 5
 
 
+@pytest.fixture(autouse=True)
+def _float32_matmuls():
+  """These tests compare the fast backward pass with autodiff and float64: every
+  matmul in true float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's
+  one bfloat16 pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the
+  backend's default."""
+  with jax.default_matmul_precision("highest"):
+    yield
+
+
 def _inputs(dtype, t=T, b=B, nx=NX, nh=NH, seed=0, perturb=0.3):
   k = jax.random.split(jax.random.key(seed), 6)
   params = rumjax.init_rum_params(k[0], nx, nh, dtype)
