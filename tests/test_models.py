@@ -248,3 +248,27 @@ def test_precision_highest_reaches_every_dot_of_every_model(name):
   dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
   assert dots and all("precision = [HIGHEST, HIGHEST]" in d for d in dots), (
       name, [d for d in dots if "precision = [HIGHEST, HIGHEST]" not in d][:3])
+
+
+def test_every_cell_takes_precision_by_name_in_linen_and_nnx():
+  # A cell built directly (not through build_model) takes the policy's names too, and so
+  # does its NNX twin; "highest" reaches every dot of the step (and of its gradient).
+  from flax import nnx
+  import rumjax.nnx as rumjax_nnx
+  from rumjax.cells import cell_names, get_cell_class
+  xs = jnp.ones((2, 3, 4))
+
+  def dot_precisions(f, *args):
+    text = jax.jit(f).lower(*args).as_text()
+    return {line.split("precision = [")[1].split("]")[0] for line in text.splitlines()
+            if "stablehlo.dot_general" in line}
+
+  for name in cell_names():
+    rnn = nn.RNN(get_cell_class(name)(5, precision="highest"))
+    variables = jax.eval_shape(rnn.init, jax.random.key(0), xs)
+    assert dot_precisions(jax.grad(lambda v: jnp.sum(rnn.apply(v, xs))), variables) == {
+        "HIGHEST, HIGHEST"}, name
+    cell = rumjax_nnx.make_cell(name, 4, 5, rngs=nnx.Rngs(0), precision="highest")
+    graph, state = nnx.split(nnx.RNN(cell))   # the forward step (the gradient's dots are
+    run = lambda s: nnx.merge(graph, s)(xs)    # those of the Linen cell's pure step)
+    assert dot_precisions(run, state) == {"HIGHEST, HIGHEST"}, ("nnx", name)
