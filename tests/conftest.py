@@ -38,6 +38,19 @@ if "RUMJAX_TESTS_TMP" not in os.environ:   # the first process of the session
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 tempfile.tempdir = None   # re-read TMPDIR: libraries' stray temporary folders land in _tmp
 
+
+
+def pytest_configure(config):
+  """``-n 2`` alone (the README's command) distributes with xdist's ``loadgroup`` rather
+  than ``load``: tests are spread one by one as before, except those of a module marked
+  ``pytest.mark.xdist_group(name)`` (modules whose ``scope="module"`` fixture trains or
+  prepares something), which all run on one worker, so that fixture is built once and not
+  once per worker. An explicit ``--dist`` is kept; without xdist nothing changes."""
+  if getattr(config.option, "dist", None) == "load" and "--dist" not in " ".join(
+      config.invocation_params.args):
+    config.option.dist = "loadgroup"
+
+
 hypothesis.settings.register_profile(
     "ci", derandomize=True, database=None, max_examples=10, deadline=None, print_blob=True)
 hypothesis.settings.register_profile(

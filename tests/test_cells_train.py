@@ -28,8 +28,18 @@ def _tiny(task_name, cell, dtype="float32"):
   return task, config
 
 
-@pytest.mark.parametrize("task_name", ["copying", "recall"])
-@pytest.mark.parametrize("cell", cells.cell_names())
+def _cases():
+  """Every cell as a classifier (recall); as a per-step tagger (copying) GRU by default and
+  every cell with -m slow (~10-30 s each: compiling the loop)."""
+  out = []
+  for cell in cells.cell_names():
+    out.append(pytest.param(cell, "recall", id=f"{cell}-recall"))
+    out.append(pytest.param(cell, "copying", id=f"{cell}-copying",
+                            marks=() if cell == "gru" else pytest.mark.slow))
+  return out
+
+
+@pytest.mark.parametrize("cell,task_name", _cases())
 def test_cell_trains_a_few_steps(tmp_path, task_name, cell):
   task, config = _tiny(task_name, cell)
   summary = training.train_and_evaluate(config, str(tmp_path), task)

@@ -215,6 +215,7 @@ def _free_port():
     return s.getsockname()[1]
 
 
+@pytest.mark.slow   # ~50 s: three processes; four devices in one is tested by default
 def test_two_processes_equal_one_process(tmp_path):
   _run(str(tmp_path / "single"), "--steps=3")
   workdir = str(tmp_path / "multi")
@@ -294,6 +295,7 @@ def test_benchmark_lm(tmp_path):
   assert "ratio_fs_lstm2" in rows["fs_rum2"] and "ratio_lstm1000" in rows["flax_lstm1000"]
 
 
+@pytest.mark.slow   # ~40 s: a measurement tool; tests/test_benchmarks tests its parts
 def test_benchmark_encoders(tmp_path):
   """--encoders at a tiny size: StarSaber, Transformer and ReZero steps side by side, with
   parameter counts and the ratio to the Transformer."""

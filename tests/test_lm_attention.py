@@ -100,6 +100,7 @@ def test_sentence_in_context_finds_the_line(corpus):
   assert len(context) == 0 and ids[0] == vocab.unk_id
 
 
+@pytest.mark.slow   # ~40 s: the launcher end to end; the analysis is tested above
 def test_attention_launch_on_a_language_model(corpus, tmp_path, capsys):
   c = _lstmn_config(corpus, num_steps=2, eval_every=0, checkpoint_every=2)
   c.variant = "word_lstmn1"

@@ -19,6 +19,10 @@ from rumjax import analysis, experiments, plotting, training
 from tasks.experiments import EXPERIMENTS
 from tasks.experiments import recall as recall_configs
 
+# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
+# trained fixture is built once, not once per xdist worker.
+pytestmark = pytest.mark.xdist_group("test_reproduce")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODELS = ["rum_lam1", "gru"]
@@ -249,6 +253,7 @@ def test_configs_of_the_paper():
     experiments.check_options(experiments.Options(budget_minutes=0))
 
 
+@pytest.mark.slow   # ~95 s: four real-lam models end to end
 def test_lam_sweep_reports_the_learned_lam_and_draws_it(tmp_path):
   """The real-lam sweep (issue 29): the fixed lams and the learned one train through the
   runner; the learned lam's final value is a column and its trajectory is in the figure."""
@@ -531,6 +536,7 @@ def test_char_ptb_equal_params_configs():
   assert list(short.lr_boundaries) == [90, 100]
 
 
+@pytest.mark.slow   # ~50 s: an end-to-end reproduction
 def test_char_ptb_equal_params_runs_and_plots(tmp_path):
   from tests.test_task_ptb import _write_corpus
   exp = EXPERIMENTS["char_ptb_equal_params"]
@@ -562,6 +568,7 @@ def test_training_seconds_sums_the_logged_rates():
   np.testing.assert_allclose(values, [3.0, 2.0])
 
 
+@pytest.mark.slow   # ~60 s: pretraining then fine-tuning, end to end
 def test_clue_pretrains_then_fine_tunes_from_it_and_resumes(tmp_path):
   """The CLUE experiments' two phases: a pretrained model's run starts from its own
   pretraining run (``init_from`` = ``<model>/pretrain``; the encoder arrives unchanged at a

@@ -38,6 +38,7 @@ def _skew(a):
   return a - jnp.swapaxes(a, -1, -2)
 
 
+@pytest.mark.slow   # ~60 s of compiling a shape per example
 @hypothesis.settings(deadline=None)   # examples: the profile (tests/conftest.py)
 @hypothesis.given(n=st.integers(2, 9), seed=st.integers(0, 2**20),
                   lam=st.floats(0.0, 3.0), max_angle=st.sampled_from([1.0, 3.0, 3.14]))
@@ -99,11 +100,12 @@ def test_identity_values_and_gradients_are_exact():
 
 
 @pytest.mark.parametrize("angles", [
-    (0.0, 0.0, 0.0),        # the identity
+    # ~40 s each (check_grads in float64); test_float32_derivatives_match_float64 stays
+    pytest.param((0.0, 0.0, 0.0), marks=pytest.mark.slow),      # the identity
     (1.0, 0.0, 0.0),        # R_1 of RUM: one plane, a 5-fold eigenvalue 1
-    (0.4, 0.4, 1.3),        # a double angle: 4-fold degenerate S
-    (2.0, 1e-3, 0.7),
-    (np.pi - 1e-3, 0.5, 2.0),
+    pytest.param((0.4, 0.4, 1.3), marks=pytest.mark.slow),      # a double angle
+    pytest.param((2.0, 1e-3, 0.7), marks=pytest.mark.slow),
+    pytest.param((np.pi - 1e-3, 0.5, 2.0), marks=pytest.mark.slow),
 ])
 def test_check_grads_along_rotations(angles):
   with enable_x64():

@@ -206,6 +206,7 @@ def test_bad_shapes_raise_clear_errors():
     rumjax.rum_scan(params, _xs(20, 2, 6, 3), h0=jnp.zeros((3, 4)))
 
 
+@pytest.mark.slow   # ~45 s of compiling a shape per example
 @hypothesis.settings(deadline=None)   # examples: the profile (tests/conftest.py)
 @hypothesis.example(nh=2, nx=1, t=3, seed=1, eta=0.5)   # cos = -1.000000: issue 26
 @hypothesis.given(nh=st.integers(2, 12), nx=st.integers(1, 6), t=st.integers(1, 30),
@@ -245,7 +246,9 @@ def rum_reference_real_lam(params, xs, *, lam, eta, activation):
   return np.stack(rs), hs
 
 
-@pytest.mark.parametrize("lam,eta", [(0.5, None), (0.25, 1.3), (2.0, None)])
+@pytest.mark.parametrize("lam,eta", [(0.5, None),
+                                     pytest.param(0.25, 1.3, marks=pytest.mark.slow),
+                                     pytest.param(2.0, None, marks=pytest.mark.slow)])
 def test_real_lam_matches_a_python_loop_of_algorithm_1(lam, eta):
   with enable_x64():
     params = _params(21, 3, 5, jnp.float64)
@@ -268,6 +271,7 @@ def test_lam_0_and_1_as_floats_take_the_integer_paths():
     jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+@pytest.mark.slow   # ~60 s: check_grads through an eigh per step
 def test_real_lam_gradients_and_check_grads():
   with enable_x64():
     params = _params(25, 2, 4, jnp.float64)
@@ -281,6 +285,7 @@ def test_real_lam_gradients_and_check_grads():
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
 
+@pytest.mark.slow   # a real lam in bfloat16
 def test_real_lam_bfloat16_memory_stays_orthogonal():
   params = _params(29, 4, 10, jnp.bfloat16)
   (r, h), hs = rumjax.rum_scan(params, _xs(30, 3, 60, 4, dtype=jnp.bfloat16), lam=0.5,
@@ -314,6 +319,7 @@ def test_checkpointed_scan_equals_the_plain_scan(t, segment):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow   # ~40 s
 def test_real_lam_fast_and_reference_gradients_agree():
   """The checkpointed scan's gradients are the plain scan's (a loss that is not constant
   under eta: a random projection of the hidden states, gradients of order 1)."""
@@ -326,6 +332,7 @@ def test_real_lam_fast_and_reference_gradients_agree():
                grads["fast"], grads["reference"])
 
 
+@pytest.mark.slow   # ~60 s: compiles four sequence lengths
 def test_real_lam_memory_grows_like_sqrt_t():
   """XLA's temporary buffers of a training step (compiled, not run): the checkpointed scan
   of a real lam grows like sqrt(T) (x2 per x4 in T, plus the O(T) hidden states), the plain
@@ -343,6 +350,7 @@ def test_real_lam_memory_grows_like_sqrt_t():
   assert fast < 3.0 and ref > 3.5, (fast, ref)
 
 
+@pytest.mark.slow   # ~30 s
 def test_lam_as_an_array_equals_the_number_and_has_a_derivative():
   """A learned lam (a traced scalar) gives the same values as the Python number, and
   d/dlam of the hidden states matches central differences (float64)."""

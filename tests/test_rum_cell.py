@@ -28,7 +28,9 @@ def _xs(seed, *shape):
 @pytest.mark.parametrize("lam,eta,activation,update_gate",
                          [(0, None, "relu", True), (1, None, "tanh", True),
                           (1, 1.3, "softsign", False), (0, 0.8, "sigmoid", True),
-                          (0.5, None, "tanh", True), (2.0, 1.0, "relu", True)])
+                          # real lam (an eigh per step): -m slow
+                          pytest.param(0.5, None, "tanh", True, marks=pytest.mark.slow),
+                          pytest.param(2.0, 1.0, "relu", True, marks=pytest.mark.slow)])
 def test_rnn_equals_rum_scan(lam, eta, activation, update_gate):
   xs = _xs(0, 3, 7, 4)
   cell = rumjax.RUMCell(6, lam=lam, eta=eta, activation=activation, update_gate=update_gate)
@@ -110,9 +112,12 @@ def test_registry():
   assert isinstance(cells.cell_from_config("gru", 16, config), nn.GRUCell)
 
 
-@pytest.mark.parametrize("lam,eta,learn_lam", [(0, None, False), (1, 1.0, False),
-                                               (0.5, 1.0, False), (0.5, None, True),
-                                               (0, 1.0, True)])
+@pytest.mark.parametrize("lam,eta,learn_lam", [
+    (0, None, False), (1, 1.0, False),
+    # ~40-100 s each (real or learned lam): -m slow
+    pytest.param(0.5, 1.0, False, marks=pytest.mark.slow),
+    pytest.param(0.5, None, True, marks=pytest.mark.slow),
+    pytest.param(0, 1.0, True, marks=pytest.mark.slow)])
 def test_rum_layer_equals_rnn_of_the_cell(lam, eta, learn_lam):
   """The fast sequence layer (rum_scan) has the cell's parameters at the same path and
   gives the same outputs and gradients as nn.RNN(RUMCell), a learned lam included."""
@@ -133,7 +138,7 @@ def test_rum_layer_equals_rnn_of_the_cell(lam, eta, learn_lam):
   assert not cells.supports_scan(nn.GRUCell(4))
 
 
-@pytest.mark.parametrize("lam", [0.5, 1.0, 0.0])
+@pytest.mark.parametrize("lam", [pytest.param(0.5, marks=pytest.mark.slow), 1.0, 0.0])
 def test_learned_lam_is_a_parameter_initialised_at_lam(lam):
   """learn_lam: params["lam"] starts at lam and the cell then computes eq. (2) with that
   value (the real-power path, so the carry holds R even from lam = 0); its gradient is
@@ -183,6 +188,7 @@ def test_keep_lam_nonnegative_projects_only_lam():
   assert float(optax.apply_updates(params, updates)["cell"]["lam"]) == 0.0
 
 
+@pytest.mark.slow   # ~40 s: a real lam in bfloat16
 def test_learned_lam_in_bfloat16_keeps_the_memory_a_rotation():
   """The precision policy with a learned lam: hidden states in bfloat16, the memory R and
   the parameter lam in float32, R orthogonal to float32 accuracy, finite gradient in lam."""

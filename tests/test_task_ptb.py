@@ -150,7 +150,8 @@ def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path)
   assert any("train_bpc" in r for r in records)
 
 
-@pytest.mark.parametrize("core", ["stacked", "fast_slow"])
+@pytest.mark.parametrize("core", ["stacked", pytest.param("fast_slow",
+                                                            marks=pytest.mark.slow)])
 def test_composite_cores_train(corpus, tmp_path, core):
   c = _config(corpus, num_steps=2)
   c.model.update(core=core, num_layers=2, fast_size=8, slow_size=12, slow_cell="rum",

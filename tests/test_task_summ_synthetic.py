@@ -146,6 +146,7 @@ def test_loss_normalization_against_a_loop(normalization):
     _config(loss_normalization="row")
 
 
+@pytest.mark.slow   # ~70 s: trains until the beam copies; tests/test_decoding tests the search
 def test_beam_decoding_of_a_tiny_trained_model_copies_the_marked_sentence():
   """A tiny LEAD pointer-generator fitted to 16 articles (plain optax loop, full batch)
   decodes their summaries with the task's beam search (size 4) and greedy decoders,
@@ -197,6 +198,7 @@ def test_too_few_copy_slots_is_a_one_line_error_not_a_nan():
     TASK.build_model(c)
 
 
+@pytest.mark.slow   # ~90 s: the paper-size model
 def test_the_hard_tasks_first_loss_is_finite_at_its_sizes():
   """Every example of the hard task's real data fits the copy slots, and the first
   training batch's loss and gradients are finite (at max_oovs 20 it was NaN at step 1)."""
