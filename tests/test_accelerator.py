@@ -20,7 +20,9 @@ tolerances that say what the reduced precision may and may not do:
   within bfloat16's rounding (8 significant bits) of the float32 model's.
 
 They are part of the default run (each a few seconds on a CPU) and run alone with
-``pytest -m accelerator``.
+``pytest -m accelerator``. On a GPU, run them with the flag already in the environment
+(``XLA_FLAGS=--xla_gpu_deterministic_ops=true python -m pytest -m accelerator``): this
+module appends it at import, which is too late if an earlier module started the backend.
 """
 
 import os
