@@ -180,3 +180,15 @@ def test_use_deterministic_gpu_ops_leaves_a_cpu_run_alone():
   env = {"XLA_FLAGS": "--a=1 " + determinism.FLAG}
   assert determinism.use_deterministic_gpu_ops(env)
   assert env["XLA_FLAGS"] == "--a=1 " + determinism.FLAG
+
+
+def test_gpu_may_run_reads_jax_platforms_and_the_device_files(tmp_path, monkeypatch):
+  device = tmp_path / "nvidiactl"
+  device.write_text("")
+  monkeypatch.setattr(determinism, "GPU_DEVICE_FILES", (str(device),))
+  assert determinism.gpu_may_run({})
+  assert determinism.gpu_may_run({"JAX_PLATFORMS": "cuda,cpu"})
+  assert not determinism.gpu_may_run({"JAX_PLATFORMS": "cpu"})
+  monkeypatch.setattr(determinism, "GPU_DEVICE_FILES", (str(tmp_path / "none"),))
+  monkeypatch.setattr(determinism, "GPU_PLUGIN_PREFIXES", ("no-such-distribution",))
+  assert not determinism.gpu_may_run({})

@@ -21,6 +21,8 @@ FLAG = FLAG_NAME + "=true"
 # Distributions of JAX's GPU backends (jax[cuda12] installs jax-cuda12-plugin, ...).
 GPU_PLUGIN_PREFIXES = ("jax-cuda", "jax-rocm")
 GPU_PLATFORMS = ("cuda", "gpu", "rocm")
+# Device files of an NVIDIA or AMD GPU (a jaxlib built with CUDA has no plugin to find).
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
 
 
 def with_flag(xla_flags: Optional[str], flag: str = FLAG) -> str:
@@ -34,9 +36,10 @@ def with_flag(xla_flags: Optional[str], flag: str = FLAG) -> str:
 
 
 def gpu_may_run(environ: MutableMapping[str, str] = os.environ) -> bool:
-  """Whether a GPU backend may initialise in this process: a CUDA or ROCm plugin of JAX is
-  installed and ``JAX_PLATFORMS`` (when set) names a GPU platform. Reads no device (that
-  would initialise the backend)."""
+  """Whether a GPU backend may initialise in this process: ``JAX_PLATFORMS`` (when set)
+  names a GPU platform, and a CUDA or ROCm plugin of JAX is installed or the machine has a
+  GPU's device file. Asks JAX for no device (that would initialise the backend); the flag
+  is harmless where no GPU runs after all."""
   platforms = environ.get("JAX_PLATFORMS", "").lower()
   if platforms and not any(p in platforms for p in GPU_PLATFORMS):
     return False
@@ -44,7 +47,7 @@ def gpu_may_run(environ: MutableMapping[str, str] = os.environ) -> bool:
     name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
     if name.startswith(GPU_PLUGIN_PREFIXES):
       return True
-  return False
+  return any(os.path.exists(path) for path in GPU_DEVICE_FILES)
 
 
 def backends_initialized() -> bool:
