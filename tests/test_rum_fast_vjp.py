@@ -38,11 +38,13 @@ def _inputs(case, n=5, batch=6):
   }[case]
 
 
+@pytest.mark.parametrize("memory", [True, False])
 @pytest.mark.parametrize("in_kernel", [False, True])
 @pytest.mark.parametrize("case", ["random", "obtuse", "parallel", "near_parallel",
                                   "anti_parallel", "near_anti_parallel", "zero_e",
                                   "zero_tau", "one_example", "n_2"])
-def test_rotate_bwd_equals_autodiff(case, in_kernel):
+def test_rotate_bwd_equals_autodiff(case, in_kernel, memory):
+  """``memory``: cotangents of u and q (lam=1); without, None (lam=0) against zeros."""
   with jax.enable_x64(True):
     tau, e, h = _inputs(case)
     rotate = lambda t, a, v: rum_fast._rotate(t, a, v, in_kernel)
@@ -52,8 +54,11 @@ def test_rotate_bwd_equals_autodiff(case, in_kernel):
     gp = RotationPlane(*(jax.random.normal(k, f.shape, f.dtype)
                          for k, f in zip(keys[1:], plane)))
     gp = gp._replace(sin=jnp.zeros_like(gp.sin))
+    if not memory:
+      gp = gp._replace(u=jnp.zeros_like(gp.u), q=jnp.zeros_like(gp.q))
     want = vjp((gx, gp))
-    got = rum_fast._rotate_bwd(tau, e, h, plane, gx, gp, in_kernel)
+    got = rum_fast._rotate_bwd(tau, e, h, plane, gx,
+                               gp if memory else gp._replace(u=None, q=None), in_kernel)
     for name, a, b in zip(("tau", "e", "h"), want, got):
       a, b = np.asarray(a), np.asarray(b)
       assert np.all(np.isfinite(b)), name

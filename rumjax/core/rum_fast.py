@@ -82,8 +82,8 @@ def _rotate(tau, e, h, in_kernel=False):
 
 def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=False):
   """The VJP of :func:`_rotate` by hand: ``(dL/dtau, dL/de, dL/dh)`` given ``gx = dL/d(Rot h)``
-  and the cotangents ``gp`` of the plane (``gp.sin`` must be zero; the fast path never
-  reads ``sin``).
+  and the cotangents ``gp`` of the plane (``gp.u``, ``gp.q`` None: zero, as for
+  ``lam=0``; ``gp.sin`` must be zero: the fast path never reads ``sin``).
 
   It differentiates eq. (1) in exact arithmetic: ``u = e/|e|``, ``b = tau/|tau|``,
   ``c = u.b``, ``p = b - c u``, ``s = |p|``, ``v = p/s``, ``Rot h = h + U M U^T h`` with
@@ -94,10 +94,11 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   orthogonalised against ``u``) with constant ``c = -1``, ``s = 0``; ``e = 0`` or
   ``tau = 0``: the identity, no gradient to ``e``, ``tau``. The forward pass's polish
   (Gram-Schmidt twice, the renormalisation of ``(c, s)``, its Newton step) is the identity
-  in exact arithmetic and is not differentiated, so this equals autodiff of
-  :func:`_rotate` up to rounding (``tests/test_rum_fast.py`` checks it in float64). A few
-  O(N) dot products per step instead of autodiff's transposes of both branches: the
-  fast path's backward step on XLA:CPU costs about a third less (issue 45).
+  in exact arithmetic and is not differentiated, and so are ``|u| = 1``, ``u.q = 0``,
+  ``|v| = 1`` and ``b = c u + p``, which turn every dot product but four (six more with
+  ``gp.u``, ``gp.q``; two norms) into products of numbers. This equals autodiff of
+  :func:`_rotate` up to rounding (``tests/test_rum_fast_vjp.py``, float64); autodiff of
+  both branches made the fast path's CPU training step half again as slow (issue 45).
   Works on <B, N> and on <N> (one example, the kernel).
   """
   c1 = lambda x: x[..., None]
@@ -105,37 +106,36 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   dtype = p.u.dtype
   tau, e, h, gx = (jnp.asarray(x, dtype) for x in (tau, e, h, gx))
   u, q, c, s = p.u, p.q, p.cos, p.sin
-  # x = h + U M alpha, alpha = U^T h; beta = U^T gx.
+  # x = h + U M alpha with alpha = U^T h; beta = U^T gx.
   uh, qh, ug, qg = dot(u, h), dot(q, h), dot(u, gx), dot(q, gx)
   cu, cq = p.m_uu * uh + p.m_uq * qh, p.m_qu * uh + p.m_qq * qh
   bu, bq = p.m_uu * ug + p.m_qu * qg, p.m_uq * ug + p.m_qq * qg
   gh = gx + c1(bu) * u + c1(bq) * q
-  gu = gp.u + c1(cu) * gx + c1(bu) * h
-  gq = gp.q + c1(cq) * gx + c1(bq) * h
+  gu = c1(cu) * gx + c1(bu) * h                                     # dL/du, dL/dq
+  gq = c1(cq) * gx + c1(bq) * h
+  uu, uq, vq = cu * ug + bu * uh, cq * ug + bq * uh, cq * qg + bq * qh   # u.gu, u.gq, q.gq
+  if gp.u is not None:
+    gu, gq = gu + gp.u, gq + gp.q
+    uu, uq, vq = uu + dot(u, gp.u), uq + dot(u, gp.q), vq + dot(q, gp.q)
   g_uu, g_uq = gp.m_uu + ug * uh, gp.m_uq + ug * qh
   g_qu, g_qq = gp.m_qu + qg * uh, gp.m_qq + qg * qh
-  # Norms and b = tau/|tau| again (cheaper than saving them).
   sq_e, sq_t = dot(e, e), dot(tau, tau)
   ok = (sq_e > 0) & (sq_t > 0)
   inv_e = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_e, 1.0)), 0.0)
   inv_t = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_t, 1.0)), 0.0)
   b = tau * c1(inv_t)
-  uq = dot(u, gq)
-  vq = dot(q, gq)
-  # cos > 0: q = p = b - c u, m_uu = c - 1, m_qq = -1/(1 + c).
+  # cos > 0: q = p = b - c u, m_uu = c - 1, m_qq = -1/(1 + c); b = c u + q.
   k = 1.0 / (1.0 + jnp.where(c > 0, c, 1.0))
   gc_small = g_uu + g_qq * k * k + gp.cos - uq
-  gb_small = gq + c1(gc_small) * u
-  gu_small = gu - c1(c) * gq + c1(gc_small) * b
-  # cos <= 0, s above its noise: q = v = p/s, m_uu = m_qq = c - 1, m_qu = -m_uq = s.
+  # cos <= 0, s above its noise: q = v = p/s, m_uu = m_qq = c - 1, m_qu = -m_uq = s;
+  # dL/dp = (gq - (v.gq) v)/s + gs v with gs = g_qu - g_uq; b = c u + s v.
   v_ok = s > 16 * jnp.finfo(dtype).eps
   inv_s = jnp.where(v_ok, 1.0 / jnp.where(v_ok, s, 1.0), 0.0)
-  gpv = c1(inv_s) * (gq - c1(vq) * q) + c1(g_qu - g_uq) * q        # dL/dp
-  gc_large = g_uu + g_qq + gp.cos - dot(u, gpv)
-  gb_large = gpv + c1(gc_large) * u
-  gu_large = gu - c1(c) * gpv + c1(gc_large) * b
-  # The fallback v = f(u) = (axis - u_k u)/sqrt(1 - u_k^2): dL/du = (-u_k g + axis
-  # (u_k (g.f)/n - g.u)) / n with g = dL/dq, n = sqrt(1 - u_k^2).
+  gs = g_qu - g_uq
+  u_gp = inv_s * uq                                                  # u.(dL/dp)
+  gc_large = g_uu + g_qq + gp.cos - u_gp
+  # The fallback v = f(u) = (axis - u_k u)/n, n = sqrt(1 - u_k^2): dL/du gets
+  # (-u_k gq + axis (u_k (v.gq)/n - u.gq)) / n.
   index = jax.lax.broadcasted_iota(jnp.int32, u.shape, u.ndim - 1)
   u0, u1 = first_coordinates(u, in_kernel) if u.shape[-1] > 1 else (u[..., 0], u[..., 0])
   first = u0 * u0 <= 0.5
@@ -143,15 +143,29 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   axis = jnp.where(c1(first), (index == 0).astype(dtype), (index == 1).astype(dtype))
   n_sq = 1.0 - uk * uk
   inv_n = jnp.where(n_sq > 0, jax.lax.rsqrt(jnp.where(n_sq > 0, n_sq, 1.0)), 0.0)
-  gu_fallback = gu + c1(inv_n) * (-c1(uk) * gq + axis * c1(uk * vq * inv_n - uq))
   if u.shape[-1] < 2:
-    gu_fallback = gu
-  small, large = c1(c > 0), c1(v_ok)
-  gb = jnp.where(small, gb_small, jnp.where(large, gb_large, 0.0))
-  gu = jnp.where(small, gu_small, jnp.where(large, gu_large, gu_fallback))
+    inv_n = jnp.zeros_like(inv_n)
+  fb_axis = uk * vq * inv_n - uq
+  # Per branch: dL/db = coef_q gq + coef_u u (+ gs v), dL/du = gu + coef_gq gq + coef_b b
+  # (+ fallback terms), and their dot products with b and u.
+  small, large = c > 0, v_ok
+  pick = lambda x, y, z: jnp.where(small, x, jnp.where(large, y, z))
+  zero = jnp.zeros_like(c)
+  gb_q = pick(1.0, inv_s, zero)                  # gb = gb_q gq + gb_u u + gb_v q
+  gb_v = pick(zero, gs - inv_s * vq, zero)
+  gb_u = pick(gc_small, gc_large, zero)
+  gu_q = pick(-c, -c * inv_s, -uk * inv_n)       # gu' = gu + gu_q gq + gu_v q + gu_b b
+  gu_v = pick(zero, -c * (gs - inv_s * vq), zero)
+  gu_b = pick(gc_small, gc_large, zero)
+  gu_axis = pick(zero, zero, inv_n * fb_axis)
+  b_gb = pick(c * uq + vq + gc_small * c, c * u_gp + s * gs + gc_large * c, zero)
+  u_gu = pick(uu - c * uq + gc_small * c, uu - c * u_gp + gc_large * c,
+              uu + inv_n * uk * (uk * vq * inv_n - 2.0 * uq))
+  gb = c1(gb_q) * gq + c1(gb_u) * u + c1(gb_v) * q
+  gu = gu + c1(gu_q) * gq + c1(gu_v) * q + c1(gu_b) * b + c1(gu_axis) * axis
   # Through u = e/|e| and b = tau/|tau|.
-  gtau = c1(inv_t) * (gb - c1(dot(b, gb)) * b)
-  ge = c1(inv_e) * (gu - c1(dot(u, gu)) * u)
+  gtau = c1(inv_t) * (gb - c1(b_gb) * b)
+  ge = c1(inv_e) * (gu - c1(u_gu) * u)
   return gtau, ge, gh
 
 
@@ -267,28 +281,34 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   x, p = _rotate(pre[:, :n], e, h)
   y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
   hn, _ = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
-  return hn, pre, p, y
+  return hn, (pre, p, x, y)
 
 
-def _outputs(cfg, save, hn, pre, p, y):
-  out = (hn,) + ((pre,) + ((y,) if cfg.lam else ()) if save else ())
-  return out + ((p.cos,) if cfg.return_cos else ())
+def _outputs(cfg, save, hn, saved):
+  """The scan's outputs per step: ``h_t``, what the backward pass reads (``save``: the
+  pre-activations; for ``lam=1`` also the plane, ``Rot h`` and ``R_{t-1} [u, q, Rot h]``)
+  and ``cos`` (``return_cos``). (For ``lam=0`` recomputing the plane backwards is cheaper
+  on XLA:CPU than writing it per step; for ``lam=1`` saving it is.)"""
+  pre, p, x, y = saved
+  kept = ((pre, p, x, y) if cfg.lam else (pre, None, None, None)) if save else None
+  return hn, kept, (p.cos if cfg.return_cos else None)
 
 
 def _forward_lam0(cfg: _Cfg, params, xs, h0, save: bool):
   def step(h, x):
-    hn, pre, p, y = _cell(cfg, params, h, x)
-    return hn, _outputs(cfg, save, hn, pre, p, y)
+    hn, saved = _cell(cfg, params, h, x)
+    return hn, _outputs(cfg, save, hn, saved)
   return jax.lax.scan(step, h0, xs, unroll=cfg.unroll)
 
 
 def _forward_lam1(cfg: _Cfg, params, xs, carry0, save: bool):
   def step(carry, x):
     s, h = carry                                   # s = R_{t-1}^T (row products are faster)
-    hn, pre, p, y = _cell(cfg, params, h, x, lambda v: _rows(v, s))
+    hn, saved = _cell(cfg, params, h, x, lambda v: _rows(v, s))
+    _, p, _, y = saved
     # R_t = R_{t-1} Rot_t = R_{t-1} + (R_{t-1} u) r_u^T + (R_{t-1} q) r_q^T, transposed.
     s = _rank_update(s, list(_m_rows(p)), [y[:, 0], y[:, 1]])
-    return (s, hn), _outputs(cfg, save, hn, pre, p, y)
+    return (s, hn), _outputs(cfg, save, hn, saved)
 
   r0, h0 = carry0
   (s, h), out = jax.lax.scan(step, (jnp.swapaxes(r0, 1, 2), h0), xs, unroll=cfg.unroll)
@@ -301,24 +321,26 @@ def _forward(cfg: _Cfg, params, xs, carry0, save: bool):
   return _forward_lam0(cfg, params, xs, carry0, save)
 
 
+def _results(cfg, final, hs, cos):
+  return (final, hs) + ((cos,) if cfg.return_cos else ())
+
+
 def _primal(cfg, params, xs, carry0):
-  final, out = _forward(cfg, params, xs, carry0, save=False)
-  return (final,) + tuple(out)
+  final, (hs, _, cos) = _forward(cfg, params, xs, carry0, save=False)
+  return _results(cfg, final, hs, cos)
 
 
 def _fwd(cfg, params, xs, carry0):
-  final, out = _forward(cfg, params, xs, carry0, save=True)
-  hs, pre = out[0], out[1]
-  ys, out = (out[2], out[3:]) if cfg.lam else (None, out[2:])
+  final, (hs, saved, cos) = _forward(cfg, params, xs, carry0, save=True)
   h0 = carry0[1] if cfg.lam else carry0
-  res = (params, xs, h0, hs, pre, ys, final[0] if cfg.lam else None)
-  return (final, hs) + tuple(out), res
+  res = (params, xs, h0, hs, saved, final[0] if cfg.lam else None)
+  return _results(cfg, final, hs, cos), res
 
 
 # ----------------------------------------------------------------------- backward
 
 
-def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
+def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   """The chain rule through one step, given ``g = dL/dh_t``.
 
   ``memory(w, x, p)`` (``lam=1``) handles ``R_{t-1}``: given ``w = dL/d(R_{t-1} x)``
@@ -327,7 +349,10 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
   projection ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
   """
   n = h.shape[-1]
-  x, p = _rotate(pre[:, :n], e, h)
+  pre, p, x, y = saved
+  e = pre[:, 2 * n:]
+  if p is None:
+    x, p = _rotate(pre[:, :n], e, h)
   _, aux = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
   dh_gate, dgate, w = _head_bwd(cfg, h, aux, g)
   w = w.astype(x.dtype)
@@ -335,7 +360,7 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, pre, e, g, dcos, y=None, memory=None):
   if cfg.lam:
     dx, (du, dq, dms), aux = memory(w, x, p)
   else:
-    dx, du, dq, dms, aux = w, jnp.zeros_like(p.u), jnp.zeros_like(p.q), (zero,) * 4, None
+    dx, du, dq, dms, aux = w, None, None, (zero,) * 4, None
   dcos = dcos if cfg.return_cos else zero
   dtau, de, dh = _rotate_bwd(pre[:, :n], e, h, p, dx,
                             RotationPlane(du, dq, *dms, dcos, zero))
@@ -371,9 +396,9 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
 
   def step(carry, inp):
     dh_next, acc = carry
-    t, pre, x, ghs, dcos = inp
+    t, saved, x, ghs, dcos = inp
     h = h_prev(t)
-    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, pre, pre[:, 2 * n:], dh_next + ghs, dcos)
+    dh, dxp, _ = _cell_bwd(cfg, kernel_h, h, saved, dh_next + ghs, dcos)
     acc, dx = _accumulate(cfg, params, acc, h, x, dxp)
     return (dh, acc), dx
 
@@ -391,9 +416,9 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
 
   def step(carry, inp):
     r, q, dh_next, acc = carry
-    t, pre, x_in, ghs, dcos, y = inp
+    t, saved, x_in, ghs, dcos = inp
     h = h_prev(t)
-    e = pre[:, 2 * n:]
+    y = saved[3]
     ru, rq = y[:, 0], y[:, 1]                       # R_{t-1} u, R_{t-1} q
 
     def memory(w, x, p):
@@ -413,8 +438,8 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
       q_prev = _rank_update(q, [qu, qq, w + 0.0 * gt[:, 0]], [col_u, col_q, x])
       return v[:, 0], (du, dq, dms), (r_prev, q_prev)
 
-    dh, dxp, (r_prev, q_prev) = _cell_bwd(cfg, kernel_h, h, pre, e, dh_next + ghs, dcos,
-                                          y, memory)
+    dh, dxp, (r_prev, q_prev) = _cell_bwd(cfg, kernel_h, h, saved, dh_next + ghs, dcos,
+                                          memory)
     acc, dx = _accumulate(cfg, params, acc, h, x_in, dxp)
     return (r_prev, q_prev, dh, acc), dx
 
@@ -425,11 +450,11 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
 
 
 def _bwd(cfg, res, cts):
-  params, xs, h0, hs, pre, ys, r_final = res
+  params, xs, h0, hs, saved, r_final = res
   ct_final, ct_hs = cts[0], cts[1]
   rdtype = at_least_float32(xs)
   ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], rdtype)
-  inp = (jnp.arange(xs.shape[0]), pre, xs, ct_hs, ct_cos)
+  inp = (jnp.arange(xs.shape[0]), saved, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
     return jnp.where(t > 0, jax.lax.dynamic_index_in_dim(hs, jnp.maximum(t - 1, 0), 0,
@@ -437,8 +462,7 @@ def _bwd(cfg, res, cts):
 
   acc = jax.tree.map(lambda p: jnp.zeros(p.shape, at_least_float32(p)), params)
   if cfg.lam:
-    d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp + (ys,), h_prev, acc, r_final,
-                                   ct_final)
+    d_carry0, acc, dxs = _bwd_lam1(cfg, params, inp, h_prev, acc, r_final, ct_final)
   else:
     d_carry0, acc, dxs = _bwd_lam0(cfg, params, inp, h_prev, acc, ct_final)
   acc = jax.tree.map(lambda a, p: a.astype(p.dtype), acc, params)
@@ -490,13 +514,11 @@ def reconstruct_initial_memory(params, xs, carry0, *, eta: Optional[float] = Non
   """
   cfg = _Cfg(1, eta, activation, bool(update_gate), 1, False)
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
-  _, (_, _, _, _, pre, ys, r_final) = _fwd(cfg, p, xs, carry0)
-  n = p[2].shape[0]
+  _, (_, _, _, _, (_, planes, _, ys), r_final) = _fwd(cfg, p, xs, carry0)
 
   def undo(r, inp):
-    pre_t, y_t = inp
-    pl = rotation_plane(pre_t[:, 2 * n:], pre_t[:, :n])
-    return _rank_update(r, [-y_t[:, 0], -y_t[:, 1]], list(_m_rows(pl))), None
+    plane, y = inp
+    return _rank_update(r, [-y[:, 0], -y[:, 1]], list(_m_rows(plane))), None
 
-  r0, _ = jax.lax.scan(undo, r_final, (pre, ys), reverse=True)
+  r0, _ = jax.lax.scan(undo, r_final, (planes, ys), reverse=True)
   return r0

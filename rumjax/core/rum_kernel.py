@@ -184,7 +184,7 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
       col_u, col_q = rum_fast._m_cols(p)
       q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
     else:
-      dx, du, dq, dms = w, jnp.zeros_like(p.u), jnp.zeros_like(p.q), (zero,) * 4
+      dx, du, dq, dms = w, None, None, (zero,) * 4
     dtau, de, dh = rum_fast._rotate_bwd(tau, e, h, p, dx,
                                         RotationPlane(du, dq, *dms, zero, zero),
                                         in_kernel=True)
