@@ -200,3 +200,19 @@ def test_kernel_matches_fast_path_long_sequence(lam):
   keeps the gradients at the XLA path's (minutes in interpret mode; seconds on a GPU)."""
   kw = dict(eta=None, activation=jax.nn.relu, update_gate=True)
   _compare(lam, kw, _problem(lam, 100, nx=10, batch=4, steps=64), 1e-4)
+
+
+def test_the_log_names_the_implementation_once(monkeypatch, caplog):
+  """One log line per implementation a process uses (the training log says which ran)."""
+  monkeypatch.setattr(rum, "_logged", set())
+  params, _, _ = _problem(1, 5)
+  xs = jnp.ones((2, 3, 3))
+  with caplog.at_level("INFO", logger="absl"):
+    for _ in range(2):
+      rum_scan(params, xs, lam=1)
+      rum_scan(params, xs, lam=1, impl="reference")
+  lines = [r.getMessage() for r in caplog.records if "rum_scan: impl=" in r.getMessage()]
+  assert len(lines) == 2
+  backend = jax.default_backend()
+  assert lines[0].startswith(f"rum_scan: impl=fast on {backend}, lam=1")
+  assert lines[1].startswith(f"rum_scan: impl=reference on {backend}, lam=1")
