@@ -25,6 +25,7 @@ import shutil
 import tempfile
 
 import hypothesis
+import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 if "RUMJAX_TESTS_TMP" not in os.environ:   # the first process of the session
@@ -56,3 +57,15 @@ hypothesis.settings.register_profile(
 hypothesis.settings.register_profile(
     "search", derandomize=False, max_examples=500, deadline=None, print_blob=True)
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def float32_matmuls():
+  """Every matmul in true float32 on every backend (``jax.default_matmul_precision
+  ("highest")``): a recent NVIDIA GPU's default is TF32, a TPU's one bfloat16 pass
+  (DESIGN.md section 3.5). A module that compares implementations or checks against float64
+  says ``pytestmark = pytest.mark.usefixtures("float32_matmuls")``; tests/test_accelerator.py
+  runs at the backend's default instead."""
+  import jax   # pylint: disable=import-outside-toplevel
+  with jax.default_matmul_precision("highest"):
+    yield

@@ -18,6 +18,9 @@ from rumjax.cells.base import RecurrentCell, check_probability, zoneout
 from rumjax.cells.eurnn import eunn_apply, eunn_matrix, eunn_num_angles
 from rumjax.cells.urnn import cayley_step, make_urnn_optimizer, stiefel_labels
 
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 B, T, NX = 3, 5, 4
 
 

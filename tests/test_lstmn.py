@@ -19,6 +19,9 @@ from rumjax.core import lstmn as lstmn_lib
 from rumjax.models import fusion
 from rumjax.models import DeepFusion, LSTMN, ShallowFusion, StackedLSTMN
 
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 enable_x64 = lambda: jax.enable_x64(True)
 NX, NH, NA, NB = 3, 4, 5, 3
 

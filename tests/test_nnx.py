@@ -19,6 +19,9 @@ import rumjax
 import rumjax.cells
 import rumjax.nnx
 
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 NX, N = 3, 6
 
 # Options that differ from the defaults where a cell has them (the equations' branches).

@@ -13,13 +13,8 @@ from rumjax import rotate, rotation_matrix
 from tests.reference import rotation_eq1
 
 
-@pytest.fixture(autouse=True)
-def _float32_matmuls():
-  """These tests compare the rotation with eq. (1) and float64: every matmul in true
-  float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's one bfloat16
-  pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the backend's default."""
-  with jax.default_matmul_precision("highest"):
-    yield
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 def _random(seed, *shape):

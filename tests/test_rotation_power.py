@@ -12,6 +12,9 @@ from jax.test_util import check_grads
 import rumjax
 from rumjax.core.power import rotation_power
 
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 enable_x64 = lambda: jax.enable_x64(True)
 
 

@@ -18,13 +18,8 @@ from tests.test_rotation_power import power_reference
 enable_x64 = lambda: jax.enable_x64(True)
 
 
-@pytest.fixture(autouse=True)
-def _float32_matmuls():
-  """These tests compare rum_scan with references and float64: every matmul in true
-  float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's one bfloat16
-  pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the backend's default."""
-  with jax.default_matmul_precision("highest"):
-    yield
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 def _orthogonality_error(r) -> float:

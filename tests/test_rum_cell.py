@@ -11,14 +11,8 @@ import rumjax
 from rumjax import cells
 
 
-@pytest.fixture(autouse=True)
-def _float32_matmuls():
-  """These tests compare the cell with rum_scan and with references: every matmul in
-  true float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's one
-  bfloat16 pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the backend's
-  default."""
-  with jax.default_matmul_precision("highest"):
-    yield
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 def _xs(seed, *shape):

@@ -12,14 +12,8 @@ from rumjax.core.rum import rum_scan
 B, T, NX, NH = 3, 6, 4, 5
 
 
-@pytest.fixture(autouse=True)
-def _float32_matmuls():
-  """These tests compare the fast backward pass with autodiff and float64: every
-  matmul in true float32 on every backend (a recent NVIDIA GPU's default is TF32, a TPU's
-  one bfloat16 pass; DESIGN.md section 3.5). tests/test_accelerator.py runs at the
-  backend's default."""
-  with jax.default_matmul_precision("highest"):
-    yield
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 def _inputs(dtype, t=T, b=B, nx=NX, nh=NH, seed=0, perturb=0.3):

@@ -15,6 +15,9 @@ import rumjax
 from rumjax.core import starsaber as starsaber_lib
 from rumjax.layers.starsaber import VARIANTS, StarSaberLayer, variant_flags
 
+# These tests compare implementations or check against float64: true float32 matmuls.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 enable_x64 = lambda: jax.enable_x64(True)
 B, T, D = 2, 5, 4
 MASK = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
