@@ -41,15 +41,50 @@ tempfile.tempdir = None   # re-read TMPDIR: libraries' stray temporary folders l
 
 
 
-def pytest_configure(config):
-  """``-n 2`` alone (the README's command) distributes with xdist's ``loadgroup`` rather
-  than ``load``: tests are spread one by one as before, except those of a module marked
-  ``pytest.mark.xdist_group(name)`` (modules whose ``scope="module"`` fixture trains or
-  prepares something), which all run on one worker, so that fixture is built once and not
-  once per worker. An explicit ``--dist`` is kept; without xdist nothing changes."""
-  if getattr(config.option, "dist", None) == "load" and "--dist" not in " ".join(
-      config.invocation_params.args):
-    config.option.dist = "loadgroup"
+# Modules whose scope="module" fixture trains or prepares something: xdist runs each on one
+# worker (pytest_xdist_make_scheduler below), so the fixture is built once, not per worker.
+ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
+    "test_reproduce", "test_summ_analysis", "test_landscape", "test_launch_evaluate",
+    "test_babi_all"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """``-n 2`` alone (the README's command): tests are spread one by one, as with xdist's
+  ``load``, except those of :data:`ONE_WORKER_MODULES`, which go to one worker together
+  (xdist's own ``xdist_group`` marks do nothing with pytest 9.2: xdist 3.8 renames a test
+  through ``item._nodeid``, which pytest no longer reads). An explicit ``--dist`` wins."""
+  if config.getvalue("dist") != "load" or "--dist" in " ".join(config.invocation_params.args):
+    return None
+  from xdist.scheduler import LoadScopeScheduling
+
+  class OneWorkerModules(LoadScopeScheduling):
+    def _split_scope(self, nodeid):
+      module = nodeid.split("::", 1)[0]
+      return module if module in ONE_WORKER_MODULES else nodeid
+
+  return OneWorkerModules(config, log)
+
+
+SLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")
+
+
+def slow_test_ids(path: str = SLOW_TESTS) -> list[str]:
+  """The node ids listed in ``tests/slow_tests.txt`` (one per line; ``#`` starts a
+  comment): long tests that run only with ``-m slow``, marked here so that no test file
+  needs editing (several developers edit the core tests at once)."""
+  with open(path, encoding="utf-8") as f:
+    return [line.split("#", 1)[0].strip() for line in f if line.split("#", 1)[0].strip()]
+
+
+@pytest.hookimpl(tryfirst=True)   # before the -m selection of setup.cfg's addopts
+def pytest_collection_modifyitems(config, items):
+  """Marks the tests of :func:`slow_test_ids` ``slow``."""
+  del config
+  slow = set(slow_test_ids())
+  for item in items:
+    if item.nodeid in slow:
+      item.add_marker(pytest.mark.slow)
 
 
 hypothesis.settings.register_profile(

@@ -18,10 +18,6 @@ from tasks import babi
 from tasks.experiments import babi as babi_configs
 from tests.test_task_babi import _write_fixture
 
-# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
-# trained fixture is built once, not once per xdist worker.
-pytestmark = pytest.mark.xdist_group("test_babi_all")
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -21,10 +21,6 @@ from rumjax.core import rum
 from rumjax.cells import eurnn
 from rumjax.training import loop
 
-# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
-# trained fixture is built once, not once per xdist worker.
-pytestmark = pytest.mark.xdist_group("test_landscape")
-
 NH = 8
 
 

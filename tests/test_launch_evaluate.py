@@ -11,10 +11,6 @@ import pytest
 
 from tests.test_launch import REPO, _env, _run
 
-# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
-# trained fixture is built once, not once per xdist worker.
-pytestmark = pytest.mark.xdist_group("test_launch_evaluate")
-
 
 def _evaluate(*args):
   return subprocess.run([sys.executable, "-m", "launch.evaluate", *args], cwd=REPO,

@@ -19,10 +19,6 @@ from rumjax import analysis, experiments, plotting, training
 from tasks.experiments import EXPERIMENTS
 from tasks.experiments import recall as recall_configs
 
-# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
-# trained fixture is built once, not once per xdist worker.
-pytestmark = pytest.mark.xdist_group("test_reproduce")
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODELS = ["rum_lam1", "gru"]
@@ -205,7 +201,7 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
   r = run(steps=4)
   assert (r["steps"], r["status"], len(r["invocations"])) == (4, "ok", 3)
   with open(os.path.join(root, "recall_T30", "results.md")) as f:
-    assert "| GRU |" in f.read()
+    assert "| GRU (tiny) |" in f.read()
   # A non-finite loss: status "diverged", the error, and the final evaluators' metrics of
   # the last good checkpoint.
   def diverge(*args, **kwargs):
@@ -336,7 +332,7 @@ def test_seeds_mean_std_and_resume(tmp_path):
   acc = 100 * np.array([run["metrics"]["test_accuracy"] for run in runs])
   assert "Seeds 3, 0: mean ± sample standard deviation" in table
   assert "| model | params | steps | wall (min) | n |" in table
-  row = next(line for line in table.splitlines() if line.startswith("| GRU |"))
+  row = next(line for line in table.splitlines() if line.startswith("| GRU (tiny) |"))
   assert f"| 2 | {r['wall_sec_total'] / 120:.1f} | 2 |" in row
   assert f"| {acc.mean():.1f} ± {acc.std(ddof=1):.1f} | 21.5 | ok |" in row
   with open(os.path.join(exp_dir, "results.json")) as f:
@@ -476,7 +472,7 @@ def test_sst_tests_at_the_best_dev_checkpoint(tmp_path):
       os.path.join(str(tmp_path / "w"), "sst_binary", "lstm"), exp.task)
   assert at_best == r["at_best_metrics"]
   with open(os.path.join(str(tmp_path / "w"), "sst_binary", "results.md")) as f:
-    row = next(line for line in f.read().splitlines() if line.startswith("| LSTM 168 |"))
+    row = next(line for line in f.read().splitlines() if line.startswith("| LSTM 8 (tiny) |"))
   acc = 100 * r["at_best_metrics"]["test_accuracy"]
   assert f"| {acc:.1f} | {100 * r['metrics']['test_accuracy']:.1f} | 84.9 | ok |" in row
   cfg = {k: experiments.model_config(EXPERIMENTS["sst_fine"], k) for k in ("lstm", "lstmn")}

@@ -28,10 +28,6 @@ from tasks import summ_synthetic
 from tasks import summarization as summ
 from tasks.configs import summ_synthetic as summ_synthetic_config
 
-# One worker runs this module (tests/conftest.py: loadgroup), so its module-scoped
-# trained fixture is built once, not once per xdist worker.
-pytestmark = pytest.mark.xdist_group("test_summ_analysis")
-
 T, H = 8, 16                     # decoder steps (max_dec_steps), hidden size
 BATCH_INDEX = 1                  # dev batch 1: examples 4-6 and a padding row (mask 0)
 ROWS = np.array([1, 1, 1, 0], np.float32)

@@ -319,7 +319,8 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
           f"data in {folder} was prepared ({'; '.join(_changes(old, record))}); preparing "
           f"it again in {builder.data_dir} (the old folder is kept: delete it to free "
           "the space).")
-  new_folders = absent_folders(builder.data_path, levels=2)
+  data_path = getattr(builder, "data_path", None)
+  new_folders = absent_folders(data_path, levels=2) if data_path is not None else []
   try:
     builder.download_and_prepare(download_config=config)
   except FileExistsError:

@@ -1,0 +1,36 @@
+"""``tests/slow_tests.txt`` names tests that exist: a renamed test would silently run by
+default again (slower, not wrong), so each entry is checked against the test files."""
+
+import os
+import re
+import subprocess
+import sys
+
+from tests import conftest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_every_listed_test_exists():
+  ids = conftest.slow_test_ids()
+  assert len(ids) == len(set(ids)) and ids
+  for nodeid in ids:
+    path, name = nodeid.split("::")
+    function = re.sub(r"\[.*\]$", "", name)
+    with open(os.path.join(os.path.dirname(TESTS), path), encoding="utf-8") as f:
+      assert re.search(rf"^def {function}\(", f.read(), re.M), nodeid
+
+
+def test_listed_tests_run_only_with_m_slow():
+  """The mark is set before setup.cfg's -m "not slow" selects (a tryfirst hook)."""
+  listed = "tests/test_launch.py::test_cpu_devices_flag"
+  assert listed in conftest.slow_test_ids()
+  collected = {}
+  for args in ([], ["-m", "slow"]):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:xdist",
+                           "tests/test_launch.py", *args], cwd=os.path.dirname(TESTS),
+                          capture_output=True, text=True, timeout=300)
+    collected[bool(args)] = proc.stdout.split()
+  assert listed not in collected[False] and listed in collected[True]
+  assert "tests/test_launch.py::test_four_devices_equal_one_device_and_batch_must_divide" in (
+      collected[False])
