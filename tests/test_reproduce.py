@@ -339,7 +339,7 @@ def test_seeds_mean_std_and_resume(tmp_path):
     assert json.load(f)["models"]["gru"]["metrics_std"] == r["metrics_std"]
   _assert_png(os.path.join(exp_dir, "recall_T30.png"))
   curves = experiments.metric_curves(exp_dir, summary, ("train_loss",))
-  assert list(curves) == ["GRU s3", "GRU s0"]
+  assert list(curves) == ["GRU (tiny) s3", "GRU (tiny) s0"]
   # Re-running the same command trains nothing; a subset of the seeds reports n = 1.
   before = {s: _lines(os.path.join(exp_dir, "gru", f"seed{s}", "metrics.jsonl"))
             for s in (3, 0)}
