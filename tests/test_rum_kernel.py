@@ -72,9 +72,12 @@ def _max_rel(a, b):
 
 
 def _compare(lam, kw, problem, tol):
-  ref = _value_and_grads("fast", lam, kw, *problem)
-  got = _value_and_grads("kernel", lam, kw, *problem)
-  for name, a, b in zip(("value", "grads", "outputs"), ref, got):
+  """Every output (hs, h_T, R_T) and every gradient, entry by entry relative to the
+  largest entry. (Not the scalar loss: a sum over ~N^2 terms with cancellation, whose
+  float32 rounding depends on the summation order.)"""
+  ref = _value_and_grads("fast", lam, kw, *problem)[1:]
+  got = _value_and_grads("kernel", lam, kw, *problem)[1:]
+  for name, a, b in zip(("grads", "outputs"), ref, got):
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(leaves_a) == len(leaves_b)
     for la, lb in zip(leaves_a, leaves_b):
