@@ -93,7 +93,9 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import flags
+
+import launch
 
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing, torch_anchor
 from rumjax.cells.base import DTYPES, resolve_dtype
@@ -225,4 +227,4 @@ def run_training(results, peak):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  launch.run_app(main)

@@ -214,6 +214,14 @@ def test_the_command_reports_a_bad_shape_in_one_line():
   assert proc.stderr.strip().splitlines()[-1].startswith("error: shape '32x5' is neither")
 
 
+def test_help_exits_0_and_lists_the_candidates():
+  """Issue 46, item 4, for this launcher too: --help exits 0 (absl's own help exits 1)."""
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--help"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "--candidates" in proc.stdout and "rum1_kernel" in proc.stdout
+
+
 # ---------------------------------------------------------------------------- precision
 
 
