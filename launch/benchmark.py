@@ -120,6 +120,8 @@ flags.DEFINE_string("dtype", "float32", "Computation dtype of every table, the p
 flags.DEFINE_integer("max_rum1_hidden", 256,
                      "Skip lam=1 candidates above this Nh (R is B Nh^2 per copy).")
 flags.DEFINE_integer("matmul_size", 2048, "Size n of the n x n x n f32 matmul for the peak.")
+flags.DEFINE_float("max_step_ms", None, "Training table: a candidate whose warm step takes "
+                   "longer is reported with that one step and not repeated.")
 flags.DEFINE_bool("rss", False, "Also measure peak RSS in a subprocess per candidate.")
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.DEFINE_bool("decoding", False, "Time greedy vs beam search decoding instead of "
@@ -156,9 +158,14 @@ def main(argv):
   try:
     resolve_dtype(FLAGS.dtype)
     sharding.use_cpu_devices(FLAGS.cpu_devices)
-    results = run()
+    save(run())
   except ValueError as err:
     sys.exit(f"error: {err}")
+
+
+def save(results):
+  """Writes the results so far to ``--output`` (after each shape too: a run stopped at a
+  time limit keeps the shapes it finished)."""
   if FLAGS.output:
     with open(FLAGS.output, "w") as f:
       json.dump(results, f, indent=1)
@@ -221,9 +228,11 @@ def run_training(results, peak):
     shape = cells.parse_shape(name)
     rows = cells.run_shape(name, shape, FLAGS.candidates, FLAGS.repeats, peak,
                            max_rum1_hidden=FLAGS.max_rum1_hidden, rss=FLAGS.rss,
-                           cpu_devices=FLAGS.cpu_devices, dtype=FLAGS.dtype)
+                           cpu_devices=FLAGS.cpu_devices, dtype=FLAGS.dtype,
+                           max_step_ms=FLAGS.max_step_ms)
     results["shapes"][name] = {"B_T_Nx_Nh": shape, "candidates": rows}
     print(cells.format_rows(name, rows))
+    save(results)
 
 
 if __name__ == "__main__":

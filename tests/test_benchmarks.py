@@ -104,6 +104,26 @@ def test_add_ratios_same_mode_and_best():
   assert rows["rum1"]["ratio_lstm"] == 1.5 and "ratio_lstm" not in rows["rum1:dp"]
 
 
+def test_a_failing_candidate_gets_its_error_and_the_table_goes_on(monkeypatch):
+  def broken(*args, **kwargs):
+    raise RuntimeError("Triton: out of resources\nsecond line")
+  monkeypatch.setattr(cells.torch_anchor, "make_step", broken)
+  rows = cells.run_shape("2x3x2x4", (2, 3, 2, 4), ["gru", "torch_gru"], 2, peak=1e9)
+  assert rows["torch_gru"] == {"error": "RuntimeError: Triton: out of resources"}
+  assert len(rows["gru"]["times_ms"]) == 2 and "ratio_torch_gru" not in rows["gru"]
+  line = cells.format_rows("2x3x2x4", rows).split("\n")[1]
+  assert line.split()[:3] == ["2x3x2x4", "torch_gru", "failed:"]
+
+
+def test_a_candidate_slower_than_max_step_ms_is_not_repeated():
+  rows = cells.run_shape("2x3x2x4", (2, 3, 2, 4), ["gru", "rum0"], 3, peak=1e9,
+                         max_step_ms=0.0)
+  for r in rows.values():
+    assert r["too_slow"] and r["ms"] > 0 and "times_ms" not in r
+  assert rows["rum0"]["ratio_gru"] == rows["rum0"]["ms"] / rows["gru"]["ms"]
+  assert "too slow" in cells.format_rows("2x3x2x4", rows)
+
+
 def test_time_alternated_sets_times_and_median():
   runs = {name: (lambda x: x + 1, (jnp.zeros(2),)) for name in ("a", "b")}
   rows = {"a": {}, "b": {}}

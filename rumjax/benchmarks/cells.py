@@ -185,6 +185,7 @@ def _compile_row(c, shape, runs, dtype=jnp.float32):
 def add_ratios(rows):
   """``ratio_gru`` (same mode), ``ratio_lstm`` (same mode), ``ratio_best_gru`` and, where
   ``torch_gru`` ran, ``ratio_torch_gru`` (to PyTorch's GRU: cuDNN on a GPU)."""
+  rows = {c: r for c, r in rows.items() if "ms" in r}
   grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
   for c, r in rows.items():
     if "torch_gru" in rows:
@@ -199,16 +200,46 @@ def add_ratios(rows):
       r["ratio_best_gru"] = r["ms"] / min(grus.values())
 
 
+def _failed(err):
+  """A candidate's row when it cannot run here: its error's first line."""
+  first = (str(err).strip().splitlines() or [""])[0]
+  return {"error": f"{type(err).__name__}: {first[:160]}"}
+
+
+def _warm_ms(compiled, args):
+  """One more (warm) step's time in ms, after the compile's first run."""
+  t0 = timing.time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  return 1e3 * (timing.time.perf_counter() - t0)
+
+
 def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=False,
-              cpu_devices="auto", dtype=jnp.float32):
+              cpu_devices="auto", dtype=jnp.float32, max_step_ms=None):
   """Times the candidates' training steps at one shape in the computation ``dtype``,
   alternated per round; lam=1 candidates above ``max_rum1_hidden`` are skipped. ``rss``:
-  also each one's peak RSS in a subprocess with ``cpu_devices``."""
+  also each one's peak RSS in a subprocess with ``cpu_devices``.
+
+  A candidate that fails to build or compile here (say, a kernel on an untested compiler)
+  gets a row with its ``error`` and the table goes on; one whose warm step takes longer than
+  ``max_step_ms`` is reported with that one step (``ms``, ``too_slow``) and left out of the
+  timed rounds."""
   cands = [c for c in candidates if not (c.startswith("rum1") and shape[3] > max_rum1_hidden)]
-  runs = {}
-  rows = {c: _compile_row(c, shape, runs, dtype) for c in cands}
-  timing.time_alternated(runs, rows, repeats)
+  runs, rows = {}, {}
+  for c in cands:
+    try:
+      rows[c] = _compile_row(c, shape, runs, dtype)
+    except Exception as err:   # pylint: disable=broad-except  # reported in the table
+      rows[c] = _failed(err)
+      continue
+    if max_step_ms is not None:
+      ms = _warm_ms(*runs[c]) if c not in torch_anchor.KINDS else None
+      if ms is not None and ms > max_step_ms:
+        rows[c].update(ms=ms, too_slow=True)
+        del runs[c]
+  timing.time_alternated(runs, {c: rows[c] for c in runs}, repeats)
   for c, r in rows.items():
+    if "error" in r:
+      continue
     r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
     r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
     if rss:
@@ -232,11 +263,15 @@ def format_rows(name, rows):
   """The training table's lines of one shape (no header)."""
   lines = []
   for c, r in rows.items():
+    if "error" in r:
+      lines.append(f"{name:>16} {c:>12}   failed: {r['error']}")
+      continue
     rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
     lines.append(
         f"{name:>16} {c:>12} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
         f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} "
         f"{_ratio(r, 'ratio_torch_gru', 11)} {r['compile_s']:9.2f} "
         f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
-        f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}")
+        f"{r['matmul_ms_at_peak']:10.2f} {r['matmul_fraction']:7.2f}"
+        + ("  (one step: too slow to repeat)" if r.get("too_slow") else ""))
   return "\n".join(lines)
