@@ -303,11 +303,11 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
 IMPLS = ("auto", "fast", "kernel", "reference")
 
 # impl="auto" picks the fused kernel on a GPU up to this padded hidden size (R, and Q in
-# the backward pass, Np x Np float32 per example, must stay on chip), once a GPU has
-# measured it faster than the XLA path there. The kernel has not yet run on a GPU (it is
-# tested in interpret mode and lowered for CUDA on a CPU): 0 until `.ci/accelerator` has
-# measured it (issue 45); then the largest padded size where it won (e.g. 128).
-KERNEL_AUTO_MAX_HIDDEN = 0
+# the backward pass, Np x Np float32 per example, must stay on chip). Measured by
+# `.ci/accelerator` on an H100 (RESULTS.md, "RUM's speed"): at Np 64 (recall) and 128
+# (copying) the kernel's training step took 0.13-0.31x the XLA scan's time, at Np 256
+# (256x520x64x256) 4.6-15x longer (R no longer fits on chip).
+KERNEL_AUTO_MAX_HIDDEN = 128
 
 _KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
@@ -324,21 +324,26 @@ def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
 
 
 def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
-                backend: Optional[str] = None) -> str:
+                backend: Optional[str] = None, devices: Optional[int] = None) -> str:
   """The implementation ``rum_scan(impl=...)`` runs: ``"auto"`` resolved, the others as is.
 
   ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
   0 and 1, float32 or bfloat16 and a padded hidden size up to
-  :data:`KERNEL_AUTO_MAX_HIDDEN` (0, i.e. never, until a GPU has measured the kernel
-  faster), without ``return_cos``; the XLA fast path
-  (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs, TPUs, a real ``lam``,
-  ``return_cos``. ``backend`` defaults to ``jax.default_backend()``.
+  :data:`KERNEL_AUTO_MAX_HIDDEN` (128: where an H100 measured it faster), without
+  ``return_cos``; the XLA fast path (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs,
+  TPUs, a real ``lam``, ``return_cos``, larger hidden sizes, and processes that see more
+  than one device: XLA's partitioner cannot split the kernel's custom call over a batch
+  sharded across GPUs (it would gather the batch and repeat the whole kernel on every GPU),
+  so data-parallel runs keep the XLA scan until the kernel is wrapped in a ``shard_map``.
+  ``backend`` defaults to ``jax.default_backend()``, ``devices`` to ``jax.device_count()``.
   """
   if impl != "auto":
     return impl
   backend = jax.default_backend() if backend is None else backend
-  if (backend == "gpu" and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype)
-      is None and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN):
+  devices = jax.device_count() if devices is None else devices
+  if (backend == "gpu" and devices == 1
+      and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype) is None
+      and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN):
     return "kernel"
   return "fast"
 
