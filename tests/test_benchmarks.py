@@ -180,6 +180,23 @@ def test_rum_candidates_reach_their_implementation(cand, impl, unroll, monkeypat
   assert seen == [(impl, unroll)]
 
 
+def test_kernel_warps_candidates_run_the_kernel_with_their_warps(monkeypatch):
+  """rum1_kernel_w16 runs kernel_scan with 16 warps (ignored in interpret mode) and computes
+  what rum1_kernel computes."""
+  seen = []
+  real = cells.rum_kernel.kernel_scan
+  monkeypatch.setattr(cells.rum_kernel, "kernel_scan",
+                      lambda *a, **kw: seen.append(kw["num_warps"]) or real(*a, **kw))
+  xs = jax.random.normal(jax.random.key(2), (2, 3, 4))
+  loss, params = cells._loss_and_params("rum1_kernel_w16", xs, 5)
+  ref_loss, ref_params = cells._loss_and_params("rum1_kernel", xs, 5)
+  np.testing.assert_allclose(loss(params, xs), ref_loss(ref_params, xs), rtol=1e-6)
+  assert seen == [16]
+  with pytest.raises(ValueError, match="power of 2"):
+    real(params, jnp.ones((3, 2, 4)), jnp.zeros((2, 5)), lam=0, eta=None,
+         activation=jax.nn.relu, update_gate=True, num_warps=3)
+
+
 def test_format_decoding_table():
   rows = {"gru/greedy": dict(cell="gru", beam=0, ms=1.234, ratio_greedy=1.0, ratio_gru=1.0,
                              compile_s=0.5, tokens_per_s=1234.5),

@@ -5,8 +5,9 @@ device or data-parallel (``:dp``).
 
 RUM candidates: ``rum0`` / ``rum1`` (``rum_scan(impl="fast")``, the XLA scan), with the
 suffix ``_ref`` (the autodiff reference), ``_kernel`` (``impl="kernel"``: the fused Pallas
-kernel; Pallas's interpret mode, very slow, off GPUs) or ``_unroll8`` (the XLA scan with
-``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
+kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the kernel with k
+Triton warps per program, for tuning its launch on a GPU) or ``_unroll8`` (the XLA scan
+with ``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
 states, jit-compiled, in a computation dtype (``dtype``: float32 or bfloat16, the
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax import core
+from rumjax.core import rum as rum_lib, rum_kernel
 from rumjax.benchmarks import timing, torch_anchor
 from rumjax.cells.base import resolve_dtype
 from rumjax import sharding
@@ -35,9 +37,12 @@ SHAPES = {  # name: (B, T, Nx, Nh)
     "copying": (128, 520, 10, 100),
     "ptb": (128, 150, 128, 1000),
 }
+# The fused kernel with a given number of Triton warps per program (tuning; on a GPU).
+KERNEL_WARPS = (2, 4, 8, 16, 32)
 CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
               "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
-              "lstmn_ref") + torch_anchor.KINDS
+              "lstmn_ref") + tuple(f"rum{lam}_kernel_w{w}" for lam in (0, 1)
+                                   for w in KERNEL_WARPS) + torch_anchor.KINDS
 # RUM candidates' suffixes: (impl, unroll).
 RUM_VARIANTS = {"": ("fast", 1), "ref": ("reference", 1), "kernel": ("kernel", 1),
                 "unroll8": ("fast", 8)}
@@ -99,6 +104,8 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     model = nn.RNN(cell(nh, dtype=dtype))
     return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
   base, _, variant = cand.partition("_")
+  if variant.startswith("kernel_w"):
+    return _kernel_loss(RUM_LAMS[base], int(variant.removeprefix("kernel_w")), xs, nh, dtype)
   impl, unroll = RUM_VARIANTS[variant]
   if base == "lstmn":
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
@@ -108,6 +115,21 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
   params = core.init_rum_params(jax.random.key(1), nx, nh)
   return (lambda p, x: sum_squares(core.rum_scan(
       cast_params(p, dtype), x, lam=lam, impl=impl, unroll=unroll)[1])), params
+
+
+def _kernel_loss(lam, warps, xs, nh, dtype):
+  """``rum{lam}_kernel_w{warps}``: :func:`rumjax.core.rum_kernel.kernel_scan` (what
+  ``rum_scan(impl="kernel")`` runs, with rum_scan's defaults) with ``warps`` Triton warps."""
+  params = core.init_rum_params(jax.random.key(1), xs.shape[-1], nh)
+  carry = rum_lib.initial_carry(xs.shape[:1], nh, lam, dtype, None)
+
+  def loss(p, x):
+    _, hs = rum_kernel.kernel_scan(cast_params(p, dtype), jnp.moveaxis(x, 1, 0), carry,
+                                   lam=lam, eta=None, activation=jax.nn.relu,
+                                   update_gate=True, num_warps=warps)
+    return sum_squares(hs)
+
+  return loss, params
 
 
 def make_step(cand, shape, dtype=jnp.float32):

@@ -74,6 +74,7 @@ class _Cfg(NamedTuple):
   head: rum_fast._Cfg           # lam, eta, activation, update_gate (the fast path's)
   nh: int                       # the true hidden size (the rest is padding)
   dtype: jnp.dtype              # of h_t (the policy's computation dtype)
+  warps: Optional[int] = None   # Triton warps per program (None: num_warps(Np))
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -229,7 +230,7 @@ def num_warps(np_: int) -> int:
   return 4 if np_ <= 64 else 8
 
 
-def _pallas(kernel, ins, outs, args, *, n_steps, batch, np_):
+def _pallas(kernel, ins, outs, args, *, n_steps, batch, np_, warps=None):
   """``kernel`` over a grid of one program per example; Triton on CUDA, interpret mode
   on every other platform (chosen when lowering, not from the default backend)."""
   in_specs = _specs(n_steps, np_, ins)
@@ -238,7 +239,7 @@ def _pallas(kernel, ins, outs, args, *, n_steps, batch, np_):
 
   def run(interpret, *args):
     params = None if interpret else pltriton.CompilerParams(
-        num_warps=num_warps(np_), num_stages=1)
+        num_warps=warps or num_warps(np_), num_stages=1)
     return pl.pallas_call(kernel, out_shape=out_shape, grid=(batch,), in_specs=in_specs,
                           out_specs=out_specs, interpret=interpret,
                           compiler_params=params, name="rum_scan")(*args)
@@ -284,7 +285,7 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
   if lam:
     outs.append(("mat", F32))
   out = _pallas(functools.partial(_forward_kernel, cfg), ins, outs, args,
-                n_steps=n_steps, batch=batch, np_=np_)
+                n_steps=n_steps, batch=batch, np_=np_, warps=cfg.warps)
   hs, tau, upre = out[:3]
   ys = tuple(out[3:6]) if lam else ()
   h_final = out[-2 if lam else -1][:, :n]
@@ -317,7 +318,7 @@ def _bwd(cfg: _Cfg, precision, res, cts):
     args += list(ys) + [r_final, jnp.pad(dr_final.astype(F32), pad)]
   outs = [("seq", F32)] * 3 + [("vec", F32)] + ([("mat", F32)] if lam else [])
   out = _pallas(functools.partial(_backward_kernel, cfg), ins, outs, args,
-                n_steps=n_steps, batch=batch, np_=np_)
+                n_steps=n_steps, batch=batch, np_=np_, warps=cfg.warps)
   dtau, dgate, de = (d[..., :n] for d in out[:3])
   dh0 = out[3][:, :n].astype(h0.dtype)
   # The weight gradients and dL/dx as large matmuls outside the kernel.
@@ -346,18 +347,23 @@ _core.defvjp(_fwd, _bwd)
 
 
 def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
-                activation: Callable, update_gate: bool, precision=None):
+                activation: Callable, update_gate: bool, precision=None,
+                num_warps: Optional[int] = None):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
   ``return_cos``): ``xs`` <float>[T, B, Nx], ``carry0`` ``h_0`` <float>[B, Nh] or for
   ``lam=1`` ``(R_0, h_0)``; returns ``(final_state, hs)``. ``lam`` must be 0 or 1;
-  ``precision`` applies to the matmuls outside the kernels.
+  ``precision`` applies to the matmuls outside the kernels. ``num_warps``: Triton warps per
+  program on CUDA (a power of 2; None: :func:`num_warps` of the padded size), for tuning
+  (``launch.benchmark``'s ``rum1_kernel_w16`` etc.); it does not change the values.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
   nh = params["kernel_h"].shape[0]
   head = rum_fast._Cfg(lam, eta, activation, bool(update_gate), 1, False)
-  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype))
+  if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
+    raise ValueError(f"num_warps={num_warps!r} must be a power of 2 (1, 2, 4, 8, 16, 32).")
+  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps)
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   return _core(cfg, resolve_precision(precision), p, xs, carry0)
