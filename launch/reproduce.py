@@ -18,6 +18,8 @@ figures are data in ``tasks/experiments/``): ``copying_T200``, ``copying_T500``,
 ``summ_synthetic`` (LEAD, encRUM, decRUM, allRUM; RUM paper Table 4),
 ``char_ptb_equal_params`` (RUM 350 vs LN-LSTM 250 and FS-RUM-2 vs FS-LSTM-2 at equal
 parameters, Table 6's decay in the last quarter of ``--steps``; RUM paper Table 3),
+``char_ptb_ablations`` (RUM 350 with ReLU and the update gate, with tanh, and RUM 495
+without the gate at equal used parameters; Table 3 lines 1-3),
 ``clue_tnews``, ``clue_afqmc`` (StarSaber, Transformer, ReZero pretrained for
 ``--pretrain_steps`` in ``<model>/pretrain`` then fine-tuned from it, a BiLSTM from
 scratch; StarSaber paper Table 3) and the real-λ sweeps ``lam_copying``,

@@ -17,6 +17,7 @@ from tasks import clue as clue_task
 from tasks import copying as copying_task
 from rumjax import analysis, experiments, plotting, training
 from tasks.experiments import EXPERIMENTS
+from tasks.experiments import ptb as ptb_experiments
 from tasks.experiments import recall as recall_configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,7 +214,8 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
 
 
 def test_configs_of_the_paper():
-  assert sorted(EXPERIMENTS) == ["char_ptb_equal_params", "clue_afqmc", "clue_tnews",
+  assert sorted(EXPERIMENTS) == ["char_ptb_ablations", "char_ptb_equal_params", "clue_afqmc",
+                                 "clue_tnews",
                                  "copying_T1000", "copying_T200", "copying_T500",
                                  "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
                                  "sst_binary", "sst_fine", "summ_synthetic",
@@ -530,6 +532,34 @@ def test_char_ptb_equal_params_configs():
                     "fs_lstm2": 795_300}
   short = experiments.model_config(exp, "rum350", experiments.Options(steps=120))
   assert list(short.lr_boundaries) == [90, 100]
+
+
+def test_char_ptb_ablations_configs():
+  """Table 3's lines 1-3 (issue 47) in RUM 350's set-up: the reference is
+  char_ptb_equal_params's RUM 350 field for field, tanh changes only the activation, and
+  RUM 495 without the gate has RUM 350's used parameters (within 0.2%)."""
+  from rumjax.training import loop
+  exp = EXPERIMENTS["char_ptb_ablations"]
+  options = experiments.Options(steps=3000, eval_every=250, eval_batches_during=20, seed=0)
+  cfg = {k: experiments.model_config(exp, k, options) for k in exp.models}
+  reference = experiments.model_config(EXPERIMENTS["char_ptb_equal_params"], "rum350",
+                                       options).to_dict()
+  assert cfg["rum350"].to_dict() == reference
+  tanh = cfg["rum350_tanh"].to_dict()
+  assert tanh.pop("variant") == "rum1000_tanh" and tanh["model"].pop("activation") == "tanh"
+  reference.pop("variant"), reference["model"].pop("activation")
+  assert tanh == reference
+  nogate = cfg["rum495_nogate"]
+  assert (nogate.variant, nogate.model.hidden_size, nogate.model.update_gate,
+          nogate.model.activation) == ("rum1400_nogate", 495, False, "relu")
+  assert (nogate.batch_size, nogate.seq_len, list(nogate.lr_boundaries)) == (32, 150,
+                                                                              [2250, 2500])
+  nogate.batch_size = 2   # counting reads one batch
+  declared = loop.count_model_params(exp.task, nogate)
+  nh, nx = 495, nogate.model.embed_dim
+  unused = nx * nh + nh * nh + nh   # the gate's columns of kernel_x, kernel_h and bias
+  assert declared - unused == ptb_experiments.NOGATE_USED_PARAMS
+  assert abs(ptb_experiments.NOGATE_USED_PARAMS / 406_500 - 1) < 0.002
 
 
 @pytest.mark.slow   # ~50 s: an end-to-end reproduction

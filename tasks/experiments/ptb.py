@@ -19,6 +19,14 @@ into the last quarter of each run: 2e-3 for the first 3/4 of the steps, 1e-4 for
 1/12, 1e-5 for the last 1/6 (:func:`decay_last_quarter`, from the run's ``num_steps``).
 Validation BPC during training on the first ``--eval_batches_during`` windows of 32 rows;
 at the end the whole valid and test streams (``test_bpc``).
+
+``char_ptb_ablations`` (issue 47): Table 3's lines 1-3 in RUM 350's set-up, RUM 350 with
+ReLU and the update gate (line 2), with tanh (line 3), and RUM 495 without the update gate
+at equal used parameters (line 1: RUM 1400 against RUM 1000 at 2.4M each)::
+
+    python -m launch.reproduce --experiment=char_ptb_ablations --workdir=/tmp/char_ptb \
+        --models=rum350_tanh,rum495_nogate --seed=0 --steps=3000 --eval_every=250 \
+        --eval_batches_during=20
 """
 
 from rumjax import analysis, experiments, plotting, utils
@@ -87,9 +95,43 @@ def notes(summary: dict) -> list[str]:
           "paper's numbers are at full size and 100-360 epochs."]
 
 
+# Table 3's ablations of RUM 1000 (lines 1-3), at the same quarter width and set-up as
+# ``rum350``: key -> (label, dotted-field overrides, Table 3's variant, the paper's line).
+# Line 1 (RUM 1400 without the update gate, 2.4M) has the parameters of line 2 (RUM 1000,
+# 2.4M); here RUM 495 without the gate uses 405,915 parameters against RUM 350's 406,500
+# (h^2 + 312 h + 6,450 against 2 h^2 + 443 h + 6,450). The count that the runner prints
+# for it (714,795) includes the gate's weights, which the cell still declares (kernel_x and
+# kernel_h keep their u columns) but never uses without the gate: they get no gradient.
+ABLATIONS = {
+    "rum350": ("RUM 350 (ReLU, update gate; 0.41M)", {"model.hidden_size": 350}, "rum1000",
+               "1.302 (line 2: RUM 1000, 2.4M)"),
+    "rum350_tanh": ("RUM 350 w/ tanh (0.41M)", {"model.hidden_size": 350}, "rum1000_tanh",
+                    "1.299 (line 3: RUM 1000 w/ tanh, 2.4M)"),
+    "rum495_nogate": ("RUM 495 w/o update gate (0.41M used)", {"model.hidden_size": 495},
+                      "rum1400_nogate", "1.326 (line 1: RUM 1400 w/o upd. gate, 2.4M)"),
+}
+NOGATE_USED_PARAMS = 405_915
+
+
+def ablation_notes(summary: dict) -> list[str]:
+  del summary
+  return ["RUM 350's set-up of `char_ptb_equal_params` (batch 32, 150-character windows, "
+          "Table 6's decay in the last quarter); the ablations change only the activation "
+          "(tanh) or drop the update gate at equal used parameters (RUM 495: "
+          f"{NOGATE_USED_PARAMS:,} used; its params column also counts the gate's unused "
+          "weights). The paper's numbers are at full size and 100 epochs."]
+
+
 EXPERIMENTS = {"char_ptb_equal_params": experiments.Experiment(
     name="char_ptb_equal_params", task=ptb_task.TASK, variant="rum1000",
     models={k: (label, {**BATCH, **fields}) for k, (label, fields) in MODELS.items()},
     model_variants=VARIANTS, tiny=TINY, paper={k: {"test_bpc": v} for k, v in TABLE3.items()},
     paper_source="RUM paper, Table 3 (full size)", columns=COLUMNS, notes=notes, plot=plot,
-    adjust=decay_last_quarter)}
+    adjust=decay_last_quarter),
+    "char_ptb_ablations": experiments.Experiment(
+        name="char_ptb_ablations", task=ptb_task.TASK, variant="rum1000",
+        models={k: (label, {**BATCH, **fields}) for k, (label, fields, _, _) in ABLATIONS.items()},
+        model_variants={k: v[2] for k, v in ABLATIONS.items()}, tiny=TINY,
+        paper={k: {"test_bpc": v[3]} for k, v in ABLATIONS.items()},
+        paper_source="RUM paper, Table 3 lines 1-3 (full size)", columns=COLUMNS,
+        notes=ablation_notes, plot=plot, adjust=decay_last_quarter)}
