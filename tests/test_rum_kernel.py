@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from jax import export
 
+import tasks
 from rumjax.core import rum, rum_fast, rum_kernel
 from rumjax.core.rum import init_rum_params, rum_scan
 
@@ -194,6 +195,32 @@ def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype):
 def test_kernel_lowers_for_cuda(lam, batch, steps, nx, nh, dtype):
   """Lowered for CUDA, a training step holds two Triton kernels (forward, backward)."""
   module = _lower_training_step("cuda", lam, batch, steps, nx, nh, dtype)
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
+  """The recall task's model (RUM cell, Nh 50) in a training step lowered for CUDA as on a
+  one-GPU machine (impl="auto" resolved for the GPU backend): the models reach the kernel
+  through the cells, forward and backward (two Triton kernels)."""
+  monkeypatch.setattr(rum, "select_impl",
+                      functools.partial(rum.select_impl, backend="gpu", devices=1))
+  task = tasks.get_task("recall")
+  config = task.get_config()
+  config.update(length=8, batch_size=4, num_train=8, num_dev=4, num_test=4)
+  config.model.lam = lam
+  task.validate_config(config)
+  batch = jax.tree.map(jnp.asarray, next(iter(task.train_data(
+      config, process_index=0, process_count=1))))
+  model = task.build_model(config)
+  params = model.init(jax.random.key(0), batch, train=False)
+
+  def loss(params):
+    return task.loss_and_metrics(model.apply(params, batch, train=False), batch)[0]
+
+  checks = [export.DisabledSafetyCheck.custom_call(TRITON)]
+  module = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"],
+                         disabled_checks=checks)(params).mlir_module()
   assert module.count(TRITON + "(") == 2
 
 
