@@ -181,20 +181,26 @@ def test_rum_candidates_reach_their_implementation(cand, impl, unroll, monkeypat
 
 
 def test_kernel_warps_candidates_run_the_kernel_with_their_warps(monkeypatch):
-  """rum1_kernel_w16 runs kernel_scan with 16 warps (ignored in interpret mode) and computes
-  what rum1_kernel computes."""
+  """rum1_kernel_w16 calls kernel_scan (time-major, rum_scan's defaults) with 16 warps."""
   seen = []
-  real = cells.rum_kernel.kernel_scan
-  monkeypatch.setattr(cells.rum_kernel, "kernel_scan",
-                      lambda *a, **kw: seen.append(kw["num_warps"]) or real(*a, **kw))
-  xs = jax.random.normal(jax.random.key(2), (2, 3, 4))
-  loss, params = cells._loss_and_params("rum1_kernel_w16", xs, 5)
-  ref_loss, ref_params = cells._loss_and_params("rum1_kernel", xs, 5)
-  np.testing.assert_allclose(loss(params, xs), ref_loss(ref_params, xs), rtol=1e-6)
-  assert seen == [16]
+
+  def kernel_scan(params, xs, carry, **kw):
+    seen.append((xs.shape, carry[0].shape, kw))
+    return carry, jnp.zeros(xs.shape[:2] + (5,))
+
+  monkeypatch.setattr(cells.rum_kernel, "kernel_scan", kernel_scan)
+  loss, params = cells._loss_and_params("rum1_kernel_w16", jnp.ones((2, 3, 4)), 5)
+  loss(params, jnp.ones((2, 3, 4)))
+  assert seen == [((3, 2, 4), (2, 5, 5), dict(lam=1, eta=None, activation=jax.nn.relu,
+                                              update_gate=True, num_warps=16))]
+
+
+def test_kernel_scan_refuses_warps_that_are_not_a_power_of_2():
+  params = cells.core.init_rum_params(jax.random.key(0), 4, 5)
   with pytest.raises(ValueError, match="power of 2"):
-    real(params, jnp.ones((3, 2, 4)), jnp.zeros((2, 5)), lam=0, eta=None,
-         activation=jax.nn.relu, update_gate=True, num_warps=3)
+    cells.rum_kernel.kernel_scan(params, jnp.ones((3, 2, 4)), jnp.zeros((2, 5)), lam=0,
+                                 eta=None, activation=jax.nn.relu, update_gate=True,
+                                 num_warps=3)
 
 
 def test_format_decoding_table():

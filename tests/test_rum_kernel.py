@@ -198,7 +198,7 @@ def test_kernel_lowers_for_cuda(lam, batch, steps, nx, nh, dtype):
   assert module.count(TRITON + "(") == 2
 
 
-@pytest.mark.parametrize("lam", [0, 1])
+@pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])
 def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
   """The recall task's model (RUM cell, Nh 50) in a training step lowered for CUDA as on a
   one-GPU machine (impl="auto" resolved for the GPU backend): the models reach the kernel
