@@ -189,12 +189,13 @@ def test_rum_candidates_reach_their_implementation(cand, impl, unroll, monkeypat
   assert seen == [(impl, unroll)]
 
 
-def test_kernel_warps_candidates_run_the_kernel_with_their_warps(monkeypatch):
-  """rum1_kernel_w16 calls kernel_scan (time-major, rum_scan's defaults) with 16 warps."""
+def test_kernel_tuning_candidates_run_the_kernel_with_their_options(monkeypatch):
+  """rum1_kernel_w16 calls kernel_scan (time-major, rum_scan's defaults) with 16 warps,
+  rum0_kernel_bb32 with blocks of 32 examples."""
   seen = []
 
   def kernel_scan(params, xs, carry, **kw):
-    seen.append((xs.shape, carry[0].shape, kw))
+    seen.append((xs.shape, carry[0].shape if kw["lam"] else carry.shape, kw))
     return carry, jnp.zeros(xs.shape[:2] + (5,))
 
   monkeypatch.setattr(cells.rum_kernel, "kernel_scan", kernel_scan)
@@ -202,6 +203,9 @@ def test_kernel_warps_candidates_run_the_kernel_with_their_warps(monkeypatch):
   loss(params, jnp.ones((2, 3, 4)))
   assert seen == [((3, 2, 4), (2, 5, 5), dict(lam=1, eta=None, activation=jax.nn.relu,
                                               update_gate=True, num_warps=16))]
+  loss, params = cells._loss_and_params("rum0_kernel_bb32", jnp.ones((2, 3, 4)), 5)
+  loss(params, jnp.ones((2, 3, 4)))
+  assert seen[1][2]["block"] == 32 and seen[1][2]["lam"] == 0
 
 
 def test_kernel_scan_refuses_warps_that_are_not_a_power_of_2():

@@ -58,7 +58,9 @@ def _loss(scan, lam, params, xs, carry):
 
 
 def _value_and_grads(impl, lam, kw, params, xs, carry):
-  fn = rum_kernel.kernel_scan if impl == "kernel" else rum_fast.fast_scan
+  fn = rum_kernel.kernel_scan if impl.startswith("kernel") else rum_fast.fast_scan
+  if impl.startswith("kernel_block"):
+    fn = functools.partial(fn, block=int(impl.removeprefix("kernel_block")))
   scan = functools.partial(fn, lam=lam, **kw)
   loss = functools.partial(_loss, scan, lam)
   with jax.default_matmul_precision("highest"):
@@ -72,12 +74,12 @@ def _max_rel(a, b):
   return np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)
 
 
-def _compare(lam, kw, problem, tol):
+def _compare(lam, kw, problem, tol, impl="kernel"):
   """Every output (hs, h_T, R_T) and every gradient, entry by entry relative to the
   largest entry. (Not the scalar loss: a sum over ~N^2 terms with cancellation, whose
   float32 rounding depends on the summation order.)"""
   ref = _value_and_grads("fast", lam, kw, *problem)[1:]
-  got = _value_and_grads("kernel", lam, kw, *problem)[1:]
+  got = _value_and_grads(impl, lam, kw, *problem)[1:]
   for name, a, b in zip(("grads", "outputs"), ref, got):
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(leaves_a) == len(leaves_b)
@@ -116,6 +118,32 @@ def test_kernel_matches_fast_path_bfloat16_policy(lam):
   assert hs.dtype == jnp.bfloat16
   if lam:
     assert final[0].dtype == jnp.float32 and final[1].dtype == jnp.bfloat16
+
+
+# lam=0 with a block of 16 examples per program (h W as one matrix product): batch 5 and 20
+# (padded to 16 and 32 examples), Nh 5 and 100, eta, gate off, sigmoid.
+@pytest.mark.parametrize("nh,batch,eta,activation,gate", [
+    (5, 5, None, "relu", True),
+    pytest.param(100, 20, 1.0, "sigmoid", False, marks=pytest.mark.slow),
+])
+def test_kernel_with_blocks_of_examples_matches_fast_path(nh, batch, eta, activation, gate):
+  kw = dict(eta=eta, activation=rum.get_activation(activation), update_gate=gate)
+  _compare(0, kw, _problem(0, nh, batch=batch, steps=3), F32_TOL, impl="kernel_block16")
+
+
+@pytest.mark.slow
+def test_kernel_with_blocks_of_examples_bfloat16_policy():
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  _compare(0, kw, _problem(0, 5, batch=3, dtype=jnp.bfloat16), BF16_TOL,
+           impl="kernel_block16")
+
+
+@pytest.mark.parametrize("lam,block", [(1, 16), (0, 8), (0, 24)])
+def test_kernel_refuses_blocks_it_cannot_run(lam, block):
+  params, xs, carry = _problem(lam, 5)
+  with pytest.raises(ValueError, match=f"block={block}"):
+    rum_kernel.kernel_scan(params, xs, carry, lam=lam, eta=None, activation=jax.nn.relu,
+                           update_gate=True, block=block)
 
 
 def test_rum_scan_impl_kernel_any_batch_shape_and_major():
@@ -171,13 +199,19 @@ def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):
                          backend="gpu") == "fast"
 
 
-def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype):
-  """The StableHLO of a jitted gradient of a loss through rum_scan(impl="kernel")."""
+def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype, block=None):
+  """The StableHLO of a jitted gradient of a loss through rum_scan(impl="kernel") (with
+  ``block``: kernel_scan with that many examples per program)."""
   params = jax.tree.map(lambda p: p.astype(dtype), init_rum_params(jax.random.key(0), nx, nh))
   xs = jnp.zeros((batch, steps, nx), dtype)
 
   def loss(params, xs):
-    _, hs = rum_scan(params, xs, lam=lam, eta=1.0, impl="kernel")
+    if block is None:
+      _, hs = rum_scan(params, xs, lam=lam, eta=1.0, impl="kernel")
+    else:
+      _, hs = rum_kernel.kernel_scan(params, jnp.moveaxis(xs, 1, 0), jnp.zeros((batch, nh),
+                                     dtype), lam=lam, eta=1.0, activation=jax.nn.relu,
+                                     update_gate=True, block=block)
     return jnp.sum(hs.astype(jnp.float32)**2)
 
   step = jax.jit(jax.grad(loss, argnums=(0, 1)))
@@ -221,6 +255,13 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
   checks = [export.DisabledSafetyCheck.custom_call(TRITON)]
   module = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"],
                          disabled_checks=checks)(params).mlir_module()
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.parametrize("nh,dtype", [(100, jnp.float32), (256, jnp.bfloat16)])
+def test_kernel_with_blocks_lowers_for_cuda(nh, dtype):
+  """lam=0 with 16 examples per program (the tensor-core product) lowers for CUDA."""
+  module = _lower_training_step("cuda", 0, 128, 520, 10, nh, dtype, block=16)
   assert module.count(TRITON + "(") == 2
 
 

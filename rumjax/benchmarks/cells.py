@@ -6,7 +6,8 @@ device or data-parallel (``:dp``).
 RUM candidates: ``rum0`` / ``rum1`` (``rum_scan(impl="fast")``, the XLA scan), with the
 suffix ``_ref`` (the autodiff reference), ``_kernel`` (``impl="kernel"``: the fused Pallas
 kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the kernel with k
-Triton warps per program, for tuning its launch on a GPU) or ``_unroll8`` (the XLA scan
+Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
+examples per program, ``h W`` as a tensor-core product) or ``_unroll8`` (the XLA scan
 with ``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
@@ -37,12 +38,15 @@ SHAPES = {  # name: (B, T, Nx, Nh)
     "copying": (128, 520, 10, 100),
     "ptb": (128, 150, 128, 1000),
 }
-# The fused kernel with a given number of Triton warps per program (tuning; on a GPU).
+# The fused kernel with a given number of Triton warps per program, and (lam=0) with a
+# block of examples per program (tuning; on a GPU).
 KERNEL_WARPS = (2, 4, 8, 16, 32)
-CANDIDATES = ("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
-              "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
-              "lstmn_ref") + tuple(f"rum{lam}_kernel_w{w}" for lam in (0, 1)
-                                   for w in KERNEL_WARPS) + torch_anchor.KINDS
+KERNEL_BLOCKS = (16, 32, 64)
+CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
+               "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
+               "lstmn_ref")
+              + tuple(f"rum{lam}_kernel_w{w}" for lam in (0, 1) for w in KERNEL_WARPS)
+              + tuple(f"rum0_kernel_bb{b}" for b in KERNEL_BLOCKS) + torch_anchor.KINDS)
 # RUM candidates' suffixes: (impl, unroll).
 RUM_VARIANTS = {"": ("fast", 1), "ref": ("reference", 1), "kernel": ("kernel", 1),
                 "unroll8": ("fast", 8)}
@@ -105,7 +109,11 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
   base, _, variant = cand.partition("_")
   if variant.startswith("kernel_w"):
-    return _kernel_loss(RUM_LAMS[base], int(variant.removeprefix("kernel_w")), xs, nh, dtype)
+    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype,
+                        num_warps=int(variant.removeprefix("kernel_w")))
+  if variant.startswith("kernel_bb"):
+    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype,
+                        block=int(variant.removeprefix("kernel_bb")))
   impl, unroll = RUM_VARIANTS[variant]
   if base == "lstmn":
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
@@ -117,16 +125,17 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
       cast_params(p, dtype), x, lam=lam, impl=impl, unroll=unroll)[1])), params
 
 
-def _kernel_loss(lam, warps, xs, nh, dtype):
-  """``rum{lam}_kernel_w{warps}``: :func:`rumjax.core.rum_kernel.kernel_scan` (what
-  ``rum_scan(impl="kernel")`` runs, with rum_scan's defaults) with ``warps`` Triton warps."""
+def _kernel_loss(lam, xs, nh, dtype, **options):
+  """``rum{lam}_kernel_w{k}`` / ``rum0_kernel_bb{k}``:
+  :func:`rumjax.core.rum_kernel.kernel_scan` (what ``rum_scan(impl="kernel")`` runs, with
+  rum_scan's defaults) with ``num_warps=k`` / ``block=k``."""
   params = core.init_rum_params(jax.random.key(1), xs.shape[-1], nh)
   carry = rum_lib.initial_carry(xs.shape[:1], nh, lam, dtype, None)
 
   def loss(p, x):
     _, hs = rum_kernel.kernel_scan(cast_params(p, dtype), jnp.moveaxis(x, 1, 0), carry,
                                    lam=lam, eta=None, activation=jax.nn.relu,
-                                   update_gate=True, num_warps=warps)
+                                   update_gate=True, **options)
     return sum_squares(hs)
 
   return loss, params
@@ -272,7 +281,7 @@ def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=F
 
 def format_header():
   """The training table's header line."""
-  return (f"{'shape':>16} {'cand':>12} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+  return (f"{'shape':>16} {'cand':>16} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
           f"{'x LSTM':>6} {'x torch GRU':>11} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} "
           f"{'mm@peak ms':>10} {'mm frac':>7}")
 
@@ -286,11 +295,11 @@ def format_rows(name, rows):
   lines = []
   for c, r in rows.items():
     if "error" in r:
-      lines.append(f"{name:>16} {c:>12}   failed: {r['error']}")
+      lines.append(f"{name:>16} {c:>16}   failed: {r['error']}")
       continue
     rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
     lines.append(
-        f"{name:>16} {c:>12} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
+        f"{name:>16} {c:>16} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
         f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} "
         f"{_ratio(r, 'ratio_torch_gru', 11)} {r['compile_s']:9.2f} "
         f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "

@@ -75,6 +75,8 @@ class _Cfg(NamedTuple):
   nh: int                       # the true hidden size (the rest is padding)
   dtype: jnp.dtype              # of h_t (the policy's computation dtype)
   warps: Optional[int] = None   # Triton warps per program (None: num_warps(Np))
+  block: int = 1                # examples per program (> 1: lam=0, h W as one tl.dot)
+  precision: Optional[jax.lax.Precision] = None   # of that dot (block > 1)
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -94,6 +96,22 @@ def _vm(v, m):
 
 def _outer(a, b):
   return a[:, None] * b[None, :]
+
+
+def _h_w(cfg: "_Cfg", h, w):
+  """``h W``: for one example (<Np>) a broadcast-and-sum (exact float32); for a block of
+  examples (<Bb, Np>) one matrix product at the policy's ``precision`` (Triton's dot)."""
+  if h.ndim == 1:
+    return _vm(h, w)
+  return jnp.dot(h, w, precision=cfg.precision, preferred_element_type=F32)
+
+
+def _w_d(cfg: "_Cfg", w, d):
+  """``W d`` for one example (<Np>), ``d W^T`` for a block (<Bb, Np>); as :func:`_h_w`."""
+  if d.ndim == 1:
+    return _mv(w, d)
+  return jax.lax.dot_general(d, w, (((1,), (1,)), ((), ())), precision=cfg.precision,
+                             preferred_element_type=F32)
 
 
 def _head_cfg(cfg: _Cfg, np_: int):
@@ -123,8 +141,8 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
 
   def step(t, carry):
     r, h = carry if lam else (None, carry)
-    tau = xt_ref[t].astype(F32) + _vm(h, wt_ref[...].astype(F32))
-    upre = xu_ref[t].astype(F32) + _vm(h, wu_ref[...].astype(F32))
+    tau = xt_ref[t].astype(F32) + _h_w(cfg, h, wt_ref[...].astype(F32))
+    upre = xu_ref[t].astype(F32) + _h_w(cfg, h, wu_ref[...].astype(F32))
     e = e_ref[t].astype(F32)
     x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
     if lam:
@@ -157,7 +175,7 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
      dr0_ref) = refs
   else:
     dtau_ref, dgate_ref, de_ref, dh0_ref = refs
-  n_steps, np_ = tau_ref.shape
+  n_steps, np_ = tau_ref.shape[0], tau_ref.shape[-1]
   head = _head_cfg(cfg, np_)
   h0 = h0_ref[...].astype(F32)
 
@@ -189,9 +207,9 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
     dtau, de, dh = rum_fast._rotate_bwd(tau, e, h, p, dx,
                                         RotationPlane(du, dq, *dms, zero, zero),
                                         in_kernel=True)
-    dh = dh + _mv(wt_ref[...].astype(F32), dtau)          # tau = ... + h W^tau_hh
+    dh = dh + _w_d(cfg, wt_ref[...].astype(F32), dtau)   # tau = ... + h W^tau_hh
     if cfg.head.update_gate:
-      dh = dh + dh_gate + _mv(wu_ref[...].astype(F32), dgate)
+      dh = dh + dh_gate + _w_d(cfg, wu_ref[...].astype(F32), dgate)
     else:
       dgate = jnp.zeros_like(dtau)
     dtau_ref[t], dgate_ref[t], de_ref[t] = dtau, dgate, de + w
@@ -208,12 +226,14 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
 # --------------------------------------------------------------------- pallas_call
 
 
-def _specs(n_steps, np_, kinds):
-  """BlockSpecs for a grid over the batch: "seq" <T, B, Np>, "vec" <B, Np>,
-  "mat" <B, Np, Np> (one example each), "w" <Np, Np> (shared)."""
+def _specs(n_steps, np_, kinds, block=1):
+  """BlockSpecs for a grid over the batch, ``block`` examples per program: "seq"
+  <T, B, Np>, "vec" <B, Np>, "mat" <B, Np, Np> (one example each), "w" <Np, Np> (shared).
+  With one example per program its batch axis is squeezed (the kernel sees vectors)."""
+  bb = None if block == 1 else block
   table = {
-      "seq": pl.BlockSpec((n_steps, None, np_), lambda b: (0, b, 0)),
-      "vec": pl.BlockSpec((None, np_), lambda b: (b, 0)),
+      "seq": pl.BlockSpec((n_steps, bb, np_), lambda b: (0, b, 0)),
+      "vec": pl.BlockSpec((bb, np_), lambda b: (b, 0)),
       "mat": pl.BlockSpec((None, np_, np_), lambda b: (b, 0, 0)),
       "w": pl.BlockSpec((np_, np_), lambda b: (0, 0)),
   }
@@ -230,18 +250,19 @@ def num_warps(np_: int) -> int:
   return 4 if np_ <= 64 else 8
 
 
-def _pallas(kernel, ins, outs, args, *, n_steps, batch, np_, warps=None):
-  """``kernel`` over a grid of one program per example; Triton on CUDA, interpret mode
-  on every other platform (chosen when lowering, not from the default backend)."""
-  in_specs = _specs(n_steps, np_, ins)
-  out_specs = _specs(n_steps, np_, [k for k, _ in outs])
+def _pallas(cfg: _Cfg, kernel, ins, outs, args, *, n_steps, batch, np_):
+  """``kernel`` over a grid of ``batch / cfg.block`` programs (``batch`` a multiple of the
+  block); Triton on CUDA, interpret mode on every other platform (chosen when lowering,
+  not from the default backend)."""
+  in_specs = _specs(n_steps, np_, ins, cfg.block)
+  out_specs = _specs(n_steps, np_, [k for k, _ in outs], cfg.block)
   out_shape = [_shape(k, n_steps, batch, np_, d) for k, d in outs]
 
   def run(interpret, *args):
     params = None if interpret else pltriton.CompilerParams(
-        num_warps=warps or num_warps(np_), num_stages=1)
-    return pl.pallas_call(kernel, out_shape=out_shape, grid=(batch,), in_specs=in_specs,
-                          out_specs=out_specs, interpret=interpret,
+        num_warps=cfg.warps or num_warps(np_), num_stages=1)
+    return pl.pallas_call(kernel, out_shape=out_shape, grid=(batch // cfg.block,),
+                          in_specs=in_specs, out_specs=out_specs, interpret=interpret,
                           compiler_params=params, name="rum_scan")(*args)
 
   return jax.lax.platform_dependent(*args, cuda=functools.partial(run, False),
@@ -256,6 +277,19 @@ def _pad_last(x, np_, value=0.0):
   return jnp.pad(x, pad, constant_values=value)
 
 
+def _pad_batch(x, bp, axis):
+  """``x`` with its batch ``axis`` padded with zeros to ``bp`` examples (a whole number of
+  blocks; zero inputs and state keep a padded example at h = 0, its rows are dropped)."""
+  if x.shape[axis] == bp:
+    return x
+  return jnp.pad(x, [(0, bp - x.shape[axis]) if a == axis else (0, 0) for a in range(x.ndim)])
+
+
+def _blocks(cfg: _Cfg, batch: int) -> int:
+  """The batch padded to a whole number of blocks."""
+  return -(-batch // cfg.block) * cfg.block
+
+
 def _pad_square(m, np_):
   """<..., N, N> -> <..., Np, Np> with the identity on the padding."""
   n = m.shape[-1]
@@ -268,14 +302,16 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
   n, np_ = cfg.nh, padded_size(cfg.nh)
   n_steps, batch = xs.shape[:2]
   xp = jnp.matmul(xs, kernel_x, precision=precision) + bias          # <T, B, 3N>
-  xt, xu, e = (_pad_last(xp[..., k * n:(k + 1) * n], np_) for k in range(3))
+  bp = _blocks(cfg, batch)
+  xt, xu, e = (_pad_batch(_pad_last(xp[..., k * n:(k + 1) * n], np_), bp, 1)
+               for k in range(3))
   wt, wu = (_pad_last(jnp.pad(kernel_h[:, k * n:(k + 1) * n], [(0, np_ - n), (0, 0)]),
                       np_) for k in range(2))
   lam, dtype = cfg.head.lam, xs.dtype
   r0, h0 = carry0 if lam else (None, carry0)
   rdtype = at_least_float32(dtype)
   ins = ["seq"] * 3 + ["w"] * 2 + ["vec"]
-  args = [xt, xu, e, wt, wu, _pad_last(h0, np_)]
+  args = [xt, xu, e, wt, wu, _pad_batch(_pad_last(h0, np_), bp, 0)]
   outs = [("seq", dtype), ("seq", F32), ("seq", F32)]
   if lam:
     ins.append("mat")
@@ -284,18 +320,18 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
   outs.append(("vec", dtype))
   if lam:
     outs.append(("mat", F32))
-  out = _pallas(functools.partial(_forward_kernel, cfg), ins, outs, args,
-                n_steps=n_steps, batch=batch, np_=np_, warps=cfg.warps)
+  out = _pallas(cfg, functools.partial(_forward_kernel, cfg), ins, outs, args,
+                n_steps=n_steps, batch=bp, np_=np_)
   hs, tau, upre = out[:3]
   ys = tuple(out[3:6]) if lam else ()
-  h_final = out[-2 if lam else -1][:, :n]
+  h_final = out[-2 if lam else -1][:batch, :n]
   if lam:
     r_final = out[-1]
     final = (r_final[:, :n, :n].astype(rdtype), h_final)
   else:
     r_final, final = None, h_final
   res = (params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu)
-  return (final, hs[..., :n]), res
+  return (final, hs[:, :batch, :n]), res
 
 
 def _primal(cfg, precision, params, xs, carry0):
@@ -309,22 +345,24 @@ def _bwd(cfg: _Cfg, precision, res, cts):
   lam, n, np_ = cfg.head.lam, cfg.nh, padded_size(cfg.nh)
   n_steps, batch = xs.shape[:2]
   dr_final, dh_final = ct_final if lam else (None, ct_final)
+  bp = _blocks(cfg, batch)
   ins = ["seq"] * 4 + ["vec", "seq", "w", "w", "vec"]
-  args = [tau, upre, e, hs, _pad_last(h0, np_), _pad_last(ct_hs, np_), wt, wu,
-          _pad_last(dh_final, np_)]
+  args = [tau, upre, e, hs, _pad_batch(_pad_last(h0, np_), bp, 0),
+          _pad_batch(_pad_last(ct_hs, np_), bp, 1), wt, wu,
+          _pad_batch(_pad_last(dh_final, np_), bp, 0)]
   if lam:
     ins += ["seq"] * 3 + ["mat"] * 2
     pad = [(0, 0), (0, np_ - n), (0, np_ - n)]
     args += list(ys) + [r_final, jnp.pad(dr_final.astype(F32), pad)]
   outs = [("seq", F32)] * 3 + [("vec", F32)] + ([("mat", F32)] if lam else [])
-  out = _pallas(functools.partial(_backward_kernel, cfg), ins, outs, args,
-                n_steps=n_steps, batch=batch, np_=np_, warps=cfg.warps)
-  dtau, dgate, de = (d[..., :n] for d in out[:3])
-  dh0 = out[3][:, :n].astype(h0.dtype)
+  out = _pallas(cfg, functools.partial(_backward_kernel, cfg), ins, outs, args,
+                n_steps=n_steps, batch=bp, np_=np_)
+  dtau, dgate, de = (d[:, :batch, :n] for d in out[:3])
+  dh0 = out[3][:batch, :n].astype(h0.dtype)
   # The weight gradients and dL/dx as large matmuls outside the kernel.
   wdtype = at_least_float32(kernel_x)
   dxp = jnp.concatenate([dtau, dgate, de], axis=-1)                  # <T, B, 3N>
-  h_prev = jnp.concatenate([h0[None], hs[:-1, :, :n]], axis=0)
+  h_prev = jnp.concatenate([h0[None], hs[:-1, :batch, :n]], axis=0)
   mm = functools.partial(jnp.einsum, precision=precision, preferred_element_type=wdtype)
   dkx = mm("tbx,tbk->xk", xs.astype(wdtype), dxp)
   dkh = mm("tbn,tbk->nk", h_prev.astype(wdtype), dxp[..., :2 * n])
@@ -348,7 +386,7 @@ _core.defvjp(_fwd, _bwd)
 
 def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
-                num_warps: Optional[int] = None):
+                num_warps: Optional[int] = None, block: int = 1):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -357,6 +395,12 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``precision`` applies to the matmuls outside the kernels. ``num_warps``: Triton warps per
   program on CUDA (a power of 2; None: :func:`num_warps` of the padded size), for tuning
   (``launch.benchmark``'s ``rum1_kernel_w16`` etc.); it does not change the values.
+  ``block`` (``lam=0`` only; 1 or a power of 2 >= 16): examples per program. Then ``h`` is a
+  <block, Np> tile and ``h W_hh`` (and ``dtau W^T`` backwards) one matrix product on the
+  tensor cores at ``precision`` (the XLA path's gate precision; Triton's dot needs 16
+  rows), the weights read once per step and block instead of once per example. Not yet
+  measured on a GPU (``rum0_kernel_bb16`` in ``launch.benchmark``), so ``impl="kernel"``
+  runs ``block=1``.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -364,6 +408,9 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   head = rum_fast._Cfg(lam, eta, activation, bool(update_gate), 1, False)
   if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
     raise ValueError(f"num_warps={num_warps!r} must be a power of 2 (1, 2, 4, 8, 16, 32).")
-  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps)
+  if block != 1 and (lam != 0 or block < 16 or block & (block - 1)):
+    raise ValueError(f"block={block!r}: a block of examples per program needs lam=0 (lam=1 "
+                     "keeps each example's R on chip) and a power of 2 >= 16.")
+  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, resolve_precision(precision))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   return _core(cfg, resolve_precision(precision), p, xs, carry0)
