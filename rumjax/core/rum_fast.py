@@ -30,7 +30,11 @@ pre-activations ``[tau_t | u'_t | e_t]`` and for ``lam=1`` ``R_{t-1} [u_t, q_t, 
 (``4 Nh`` or ``7 Nh`` numbers per example). Every input of the rotation is saved, not
 recomputed: on a GPU a float32 matmul runs as TF32 by default and two matmuls of the same
 numbers (``x W_x`` and ``x W_x[:, 2Nh:]``) need not round alike, and the rebuild of
-``R_{t-1}`` below must use the very rotation of the forward pass (issue 44). The backward
+``R_{t-1}`` below must use the very rotation of the forward pass (issue 44). For ``lam=0``
+the backward pass computes the planes of all T steps at once from the saved ``tau_t`` and
+``e_t`` (the forward's :func:`rumjax.core.rotation.rotation_plane`, batched over time: a
+few large operations, not a dozen small ones in every step of the scan; O(T B Nh) more
+memory for the duration of the backward pass); ``lam=1`` saves the plane. The backward
 scan recomputes the O(Nh) quantities of the step and applies the chain rule by hand: the
 head (gate, activation, time normalization), the rotation ``(tau, e, h) -> (Rot h, plane)``
 (:func:`_rotate_bwd`, the derivative of eq. (1) in exact arithmetic, O(B Nh) per step; until
@@ -287,8 +291,9 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
 def _outputs(cfg, save, hn, saved):
   """The scan's outputs per step: ``h_t``, what the backward pass reads (``save``: the
   pre-activations; for ``lam=1`` also the plane, ``Rot h`` and ``R_{t-1} [u, q, Rot h]``)
-  and ``cos`` (``return_cos``). (For ``lam=0`` recomputing the plane backwards is cheaper
-  on XLA:CPU than writing it per step; for ``lam=1`` saving it is.)"""
+  and ``cos`` (``return_cos``). (For ``lam=0`` computing the planes again, for all steps
+  at once before the backward scan, is cheaper on XLA:CPU than writing them per step; for
+  ``lam=1`` saving them is.)"""
   pre, p, x, y = saved
   kept = ((pre, p, x, y) if cfg.lam else (pre, None, None, None)) if save else None
   return hn, kept, (p.cos if cfg.return_cos else None)
@@ -351,8 +356,8 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   n = h.shape[-1]
   pre, p, x, y = saved
   e = pre[:, 2 * n:]
-  if p is None:
-    x, p = _rotate(pre[:, :n], e, h)
+  if x is None:                                 # lam=0: the plane comes from _bwd
+    x = apply_plane(p, h.astype(p.u.dtype))
   _, aux = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
   dh_gate, dgate, w = _head_bwd(cfg, h, aux, g)
   w = w.astype(x.dtype)
@@ -454,6 +459,13 @@ def _bwd(cfg, res, cts):
   ct_final, ct_hs = cts[0], cts[1]
   rdtype = at_least_float32(xs)
   ct_cos = cts[2] if cfg.return_cos else jnp.zeros(xs.shape[:2], rdtype)
+  if not cfg.lam:
+    # The planes of all T steps at once, from the saved tau_t and e_t, before the scan:
+    # the forward's operations (rotation_plane) batched over time, a few large fused
+    # operations instead of a dozen small ones in every step of the backward scan.
+    pre = saved[0]
+    n = pre.shape[-1] // 3
+    saved = (pre, rotation_plane(pre[..., 2 * n:], pre[..., :n]), None, None)
   inp = (jnp.arange(xs.shape[0]), saved, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
