@@ -206,6 +206,9 @@ def test_kernel_tuning_candidates_run_the_kernel_with_their_options(monkeypatch)
   loss, params = cells._loss_and_params("rum0_kernel_bb32", jnp.ones((2, 3, 4)), 5)
   loss(params, jnp.ones((2, 3, 4)))
   assert seen[1][2]["block"] == 32 and seen[1][2]["lam"] == 0
+  loss, params = cells._loss_and_params("rum1_kernel_sp", jnp.ones((2, 3, 4)), 5)
+  loss(params, jnp.ones((2, 3, 4)))
+  assert seen[2][2]["save_plane"] and seen[2][2]["lam"] == 1
 
 
 def test_kernel_scan_refuses_warps_that_are_not_a_power_of_2():

@@ -61,6 +61,8 @@ def _value_and_grads(impl, lam, kw, params, xs, carry):
   fn = rum_kernel.kernel_scan if impl.startswith("kernel") else rum_fast.fast_scan
   if impl.startswith("kernel_block"):
     fn = functools.partial(fn, block=int(impl.removeprefix("kernel_block")))
+  if impl == "kernel_save_plane":
+    fn = functools.partial(fn, save_plane=True)
   scan = functools.partial(fn, lam=lam, **kw)
   loss = functools.partial(_loss, scan, lam)
   with jax.default_matmul_precision("highest"):
@@ -138,6 +140,14 @@ def test_kernel_with_blocks_of_examples_bfloat16_policy():
            impl="kernel_block16")
 
 
+# save_plane: the backward kernel reads the forward's planes (both lam, padding, eta).
+@pytest.mark.parametrize("lam,nh,eta", [(1, 5, 1.0), pytest.param(0, 100, None,
+                                                                  marks=pytest.mark.slow)])
+def test_kernel_reading_the_saved_planes_matches_fast_path(lam, nh, eta):
+  kw = dict(eta=eta, activation=jax.nn.relu, update_gate=True)
+  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl="kernel_save_plane")
+
+
 @pytest.mark.parametrize("lam,block", [(1, 16), (0, 8), (0, 24)])
 def test_kernel_refuses_blocks_it_cannot_run(lam, block):
   params, xs, carry = _problem(lam, 5)
@@ -199,19 +209,21 @@ def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):
                          backend="gpu") == "fast"
 
 
-def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype, block=None):
+def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype, block=None,
+                         **options):
   """The StableHLO of a jitted gradient of a loss through rum_scan(impl="kernel") (with
-  ``block``: kernel_scan with that many examples per program)."""
+  ``block`` or ``options``: kernel_scan with them)."""
   params = jax.tree.map(lambda p: p.astype(dtype), init_rum_params(jax.random.key(0), nx, nh))
   xs = jnp.zeros((batch, steps, nx), dtype)
 
   def loss(params, xs):
-    if block is None:
+    if block is None and not options:
       _, hs = rum_scan(params, xs, lam=lam, eta=1.0, impl="kernel")
     else:
-      _, hs = rum_kernel.kernel_scan(params, jnp.moveaxis(xs, 1, 0), jnp.zeros((batch, nh),
-                                     dtype), lam=lam, eta=1.0, activation=jax.nn.relu,
-                                     update_gate=True, block=block)
+      carry = rum.initial_carry((batch,), nh, lam, dtype)
+      _, hs = rum_kernel.kernel_scan(params, jnp.moveaxis(xs, 1, 0), carry, lam=lam, eta=1.0,
+                                     activation=jax.nn.relu, update_gate=True,
+                                     block=block or 1, **options)
     return jnp.sum(hs.astype(jnp.float32)**2)
 
   step = jax.jit(jax.grad(loss, argnums=(0, 1)))
@@ -262,6 +274,13 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
 def test_kernel_with_blocks_lowers_for_cuda(nh, dtype):
   """lam=0 with 16 examples per program (the tensor-core product) lowers for CUDA."""
   module = _lower_training_step("cuda", 0, 128, 520, 10, nh, dtype, block=16)
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
+  module = _lower_training_step("cuda", lam, 128, 520, 10, 100, jnp.float32,
+                                save_plane=True)
   assert module.count(TRITON + "(") == 2
 
 

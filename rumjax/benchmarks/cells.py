@@ -7,7 +7,8 @@ RUM candidates: ``rum0`` / ``rum1`` (``rum_scan(impl="fast")``, the XLA scan), w
 suffix ``_ref`` (the autodiff reference), ``_kernel`` (``impl="kernel"``: the fused Pallas
 kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the kernel with k
 Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
-examples per program, ``h W`` as a tensor-core product) or ``_unroll8`` (the XLA scan
+examples per program, ``h W`` as a tensor-core product), ``_kernel_sp`` (the backward
+kernel reads the forward's planes, ``save_plane=True``) or ``_unroll8`` (the XLA scan
 with ``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
@@ -46,7 +47,8 @@ CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "
                "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
                "lstmn_ref")
               + tuple(f"rum{lam}_kernel_w{w}" for lam in (0, 1) for w in KERNEL_WARPS)
-              + tuple(f"rum0_kernel_bb{b}" for b in KERNEL_BLOCKS) + torch_anchor.KINDS)
+              + tuple(f"rum0_kernel_bb{b}" for b in KERNEL_BLOCKS)
+              + ("rum0_kernel_sp", "rum1_kernel_sp") + torch_anchor.KINDS)
 # RUM candidates' suffixes: (impl, unroll).
 RUM_VARIANTS = {"": ("fast", 1), "ref": ("reference", 1), "kernel": ("kernel", 1),
                 "unroll8": ("fast", 8)}
@@ -114,6 +116,8 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
   if variant.startswith("kernel_bb"):
     return _kernel_loss(RUM_LAMS[base], xs, nh, dtype,
                         block=int(variant.removeprefix("kernel_bb")))
+  if variant == "kernel_sp":
+    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype, save_plane=True)
   impl, unroll = RUM_VARIANTS[variant]
   if base == "lstmn":
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
@@ -126,9 +130,9 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
 
 
 def _kernel_loss(lam, xs, nh, dtype, **options):
-  """``rum{lam}_kernel_w{k}`` / ``rum0_kernel_bb{k}``:
+  """``rum{lam}_kernel_w{k}`` / ``rum0_kernel_bb{k}`` / ``rum{lam}_kernel_sp``:
   :func:`rumjax.core.rum_kernel.kernel_scan` (what ``rum_scan(impl="kernel")`` runs, with
-  rum_scan's defaults) with ``num_warps=k`` / ``block=k``."""
+  rum_scan's defaults) with ``num_warps=k`` / ``block=k`` / ``save_plane=True``."""
   params = core.init_rum_params(jax.random.key(1), xs.shape[-1], nh)
   carry = rum_lib.initial_carry(xs.shape[:1], nh, lam, dtype, None)
 

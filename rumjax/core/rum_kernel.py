@@ -59,10 +59,15 @@ from jax.experimental.pallas import triton as pltriton
 
 from rumjax.core import rum_fast
 from rumjax.core.precision import at_least_float32, resolve_precision
-from rumjax.core.rotation import RotationPlane
+from rumjax.core.rotation import RotationPlane, apply_plane
 
 Array = jax.Array
 F32 = jnp.float32
+
+
+# A step's plane (RotationPlane: u, q, then six numbers) as kernel operands.
+_PLANE = 8
+_PLANE_KINDS = ["seq"] * 2 + ["sca"] * 6
 
 
 def padded_size(nh: int) -> int:
@@ -76,6 +81,7 @@ class _Cfg(NamedTuple):
   dtype: jnp.dtype              # of h_t (the policy's computation dtype)
   warps: Optional[int] = None   # Triton warps per program (None: num_warps(Np))
   block: int = 1                # examples per program (> 1: lam=0, h W as one tl.dot)
+  save_plane: bool = False      # the forward kernel writes each step's plane for the backward
   precision: Optional[jax.lax.Precision] = None   # of that dot (block > 1)
 
 
@@ -132,6 +138,8 @@ def _store_policy(cfg: _Cfg, h):
 def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *refs):
   """One example's forward pass over all T steps (see the module docstring)."""
   lam = cfg.head.lam
+  plane_refs = refs[len(refs) - _PLANE:] if cfg.save_plane else ()
+  refs = refs[:len(refs) - len(plane_refs)]
   if lam:
     (r0_ref, hs_ref, tau_ref, upre_ref, ru_ref, rq_ref, rh_ref, hT_ref, rT_ref) = refs
   else:
@@ -156,6 +164,8 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     hn = _store_policy(cfg, hn)
     hs_ref[t] = hn.astype(hs_ref.dtype)
     tau_ref[t], upre_ref[t] = tau, upre
+    for ref, field in zip(plane_refs, p):
+      ref[t] = field
     return (r, hn) if lam else hn
 
   h0 = h0_ref[...].astype(F32)
@@ -170,6 +180,9 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
                      wu_ref, dhT_ref, *refs):
   """One example's backward pass over all T steps, t = T..1 (see the module docstring)."""
   lam = cfg.head.lam
+  n_in = 5 if lam else 0
+  plane_refs = refs[n_in:n_in + _PLANE] if cfg.save_plane else ()
+  refs = refs[:n_in] + refs[n_in + len(plane_refs):]
   if lam:
     (ru_ref, rq_ref, rh_ref, rT_ref, qT_ref, dtau_ref, dgate_ref, de_ref, dh0_ref,
      dr0_ref) = refs
@@ -185,7 +198,11 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
     h = jnp.where(t > 0, hs_ref[jnp.maximum(t - 1, 0)].astype(F32), h0)
     tau, upre, e = tau_ref[t], upre_ref[t], e_ref[t].astype(F32)
     g = dh + g_ref[t].astype(F32)
-    x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
+    if plane_refs:                                          # the forward's very plane
+      p = RotationPlane(*(ref[t] for ref in plane_refs))
+      x = apply_plane(p, h)
+    else:
+      x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
     rh = rh_ref[t] if lam else x
     _, aux = rum_fast._head(head, h, upre, e, rh)
     dh_gate, dgate, w = rum_fast._head_bwd(head, h, aux, g)
@@ -228,7 +245,8 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
 
 def _specs(n_steps, np_, kinds, block=1):
   """BlockSpecs for a grid over the batch, ``block`` examples per program: "seq"
-  <T, B, Np>, "vec" <B, Np>, "mat" <B, Np, Np> (one example each), "w" <Np, Np> (shared).
+  <T, B, Np>, "vec" <B, Np>, "mat" <B, Np, Np> (one example each), "w" <Np, Np> (shared),
+  "sca" <T, B> (a number per step and example).
   With one example per program its batch axis is squeezed (the kernel sees vectors)."""
   bb = None if block == 1 else block
   table = {
@@ -236,12 +254,14 @@ def _specs(n_steps, np_, kinds, block=1):
       "vec": pl.BlockSpec((bb, np_), lambda b: (b, 0)),
       "mat": pl.BlockSpec((None, np_, np_), lambda b: (b, 0, 0)),
       "w": pl.BlockSpec((np_, np_), lambda b: (0, 0)),
+      "sca": pl.BlockSpec((n_steps, bb), lambda b: (0, b)),
   }
   return [table[k] for k in kinds]
 
 
 def _shape(kind, n_steps, batch, np_, dtype):
-  shapes = {"seq": (n_steps, batch, np_), "vec": (batch, np_), "mat": (batch, np_, np_)}
+  shapes = {"seq": (n_steps, batch, np_), "vec": (batch, np_), "mat": (batch, np_, np_),
+            "sca": (n_steps, batch)}
   return jax.ShapeDtypeStruct(shapes[kind], dtype)
 
 
@@ -320,8 +340,12 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
   outs.append(("vec", dtype))
   if lam:
     outs.append(("mat", F32))
+  if cfg.save_plane:
+    outs += [(k, F32) for k in _PLANE_KINDS]
   out = _pallas(cfg, functools.partial(_forward_kernel, cfg), ins, outs, args,
                 n_steps=n_steps, batch=bp, np_=np_)
+  plane = tuple(out[len(out) - _PLANE:]) if cfg.save_plane else ()
+  out = out[:len(out) - len(plane)]
   hs, tau, upre = out[:3]
   ys = tuple(out[3:6]) if lam else ()
   h_final = out[-2 if lam else -1][:batch, :n]
@@ -330,7 +354,7 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
     final = (r_final[:, :n, :n].astype(rdtype), h_final)
   else:
     r_final, final = None, h_final
-  res = (params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu)
+  res = (params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu, plane)
   return (final, hs[:, :batch, :n]), res
 
 
@@ -339,7 +363,7 @@ def _primal(cfg, precision, params, xs, carry0):
 
 
 def _bwd(cfg: _Cfg, precision, res, cts):
-  params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu = res
+  params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu, plane = res
   kernel_x, _, kernel_h = params
   (ct_final, ct_hs) = cts
   lam, n, np_ = cfg.head.lam, cfg.nh, padded_size(cfg.nh)
@@ -354,6 +378,9 @@ def _bwd(cfg: _Cfg, precision, res, cts):
     ins += ["seq"] * 3 + ["mat"] * 2
     pad = [(0, 0), (0, np_ - n), (0, np_ - n)]
     args += list(ys) + [r_final, jnp.pad(dr_final.astype(F32), pad)]
+  if cfg.save_plane:
+    ins += _PLANE_KINDS
+    args += list(plane)
   outs = [("seq", F32)] * 3 + [("vec", F32)] + ([("mat", F32)] if lam else [])
   out = _pallas(cfg, functools.partial(_backward_kernel, cfg), ins, outs, args,
                 n_steps=n_steps, batch=bp, np_=np_)
@@ -386,7 +413,8 @@ _core.defvjp(_fwd, _bwd)
 
 def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
-                num_warps: Optional[int] = None, block: int = 1):
+                num_warps: Optional[int] = None, block: int = 1,
+                save_plane: bool = False):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -400,7 +428,11 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   tensor cores at ``precision`` (the XLA path's gate precision; Triton's dot needs 16
   rows), the weights read once per step and block instead of once per example. Not yet
   measured on a GPU (``rum0_kernel_bb16`` in ``launch.benchmark``), so ``impl="kernel"``
-  runs ``block=1``.
+  runs ``block=1``. ``save_plane``: the forward kernel writes each step's plane (``u``,
+  ``q``: 2 Nh numbers, and six more per step and example) and the backward kernel reads it
+  instead of computing it again: the same values, four fewer dependent reductions (norms,
+  ``cos``, Gram-Schmidt, ``sin``) in every backward step; not yet measured on a GPU
+  (``rum{0,1}_kernel_sp``).
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -411,6 +443,7 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   if block != 1 and (lam != 0 or block < 16 or block & (block - 1)):
     raise ValueError(f"block={block!r}: a block of examples per program needs lam=0 (lam=1 "
                      "keeps each example's R on chip) and a power of 2 >= 16.")
-  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, resolve_precision(precision))
+  cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
+             resolve_precision(precision))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   return _core(cfg, resolve_precision(precision), p, xs, carry0)
