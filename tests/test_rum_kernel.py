@@ -124,9 +124,10 @@ def test_kernel_matches_fast_path_bfloat16_policy(lam):
 
 # lam=0 with a block of 16 examples per program (h W as one matrix product): batch 5 and 20
 # (padded to 16 and 32 examples), Nh 5 and 100, eta, gate off, sigmoid.
+@pytest.mark.slow    # opt-in options: their interpret-mode equality runs with -m slow
 @pytest.mark.parametrize("nh,batch,eta,activation,gate", [
     (5, 5, None, "relu", True),
-    pytest.param(100, 20, 1.0, "sigmoid", False, marks=pytest.mark.slow),
+    (100, 20, 1.0, "sigmoid", False),
 ])
 def test_kernel_with_blocks_of_examples_matches_fast_path(nh, batch, eta, activation, gate):
   kw = dict(eta=eta, activation=rum.get_activation(activation), update_gate=gate)
@@ -141,8 +142,8 @@ def test_kernel_with_blocks_of_examples_bfloat16_policy():
 
 
 # save_plane: the backward kernel reads the forward's planes (both lam, padding, eta).
-@pytest.mark.parametrize("lam,nh,eta", [(1, 5, 1.0), pytest.param(0, 100, None,
-                                                                  marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("lam,nh,eta", [(1, 5, 1.0), (0, 100, None)])
 def test_kernel_reading_the_saved_planes_matches_fast_path(lam, nh, eta):
   kw = dict(eta=eta, activation=jax.nn.relu, update_gate=True)
   _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl="kernel_save_plane")
@@ -270,14 +271,15 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
   assert module.count(TRITON + "(") == 2
 
 
-@pytest.mark.parametrize("nh,dtype", [(100, jnp.float32), (256, jnp.bfloat16)])
+@pytest.mark.parametrize("nh,dtype", [(100, jnp.float32),
+                                      pytest.param(256, jnp.bfloat16, marks=pytest.mark.slow)])
 def test_kernel_with_blocks_lowers_for_cuda(nh, dtype):
   """lam=0 with 16 examples per program (the tensor-core product) lowers for CUDA."""
   module = _lower_training_step("cuda", 0, 128, 520, 10, nh, dtype, block=16)
   assert module.count(TRITON + "(") == 2
 
 
-@pytest.mark.parametrize("lam", [0, 1])
+@pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])
 def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
   module = _lower_training_step("cuda", lam, 128, 520, 10, 100, jnp.float32,
                                 save_plane=True)
