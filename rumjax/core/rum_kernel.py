@@ -41,6 +41,12 @@ elementwise products and sums (exact float32 on every backend, i.e. the gates at
 bfloat16 policy) the inputs are read as float32, each ``h_t`` is rounded to bfloat16 as the
 XLA path's state is, and ``hs`` is returned in bfloat16.
 
+Options of :func:`kernel_scan` for tuning on a GPU, off by default until measured
+(``.ci/accelerator``'s tuning steps): ``num_warps``; ``block`` (``lam=0``: a block of
+examples per program, ``h W_hh`` as one tensor-core product at ``precision``);
+``save_plane`` (the backward kernel reads each step's plane from the forward kernel
+instead of computing it again). Each computes the same values (tests in the slow set).
+
 Platforms. The kernels are Pallas kernels lowered per platform
 (``jax.lax.platform_dependent``): on CUDA through Triton (``pallas.triton.CompilerParams``;
 deprecated in jax 0.11 but working in 0.10 and 0.11; the Mosaic GPU lowering wants a
