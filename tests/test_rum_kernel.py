@@ -271,15 +271,16 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
   assert module.count(TRITON + "(") == 2
 
 
-@pytest.mark.parametrize("nh,dtype", [(100, jnp.float32),
-                                      pytest.param(256, jnp.bfloat16, marks=pytest.mark.slow)])
+@pytest.mark.slow    # an opt-in option (tuning); the default path's lowering is tested above
+@pytest.mark.parametrize("nh,dtype", [(100, jnp.float32), (256, jnp.bfloat16)])
 def test_kernel_with_blocks_lowers_for_cuda(nh, dtype):
   """lam=0 with 16 examples per program (the tensor-core product) lowers for CUDA."""
   module = _lower_training_step("cuda", 0, 128, 520, 10, nh, dtype, block=16)
   assert module.count(TRITON + "(") == 2
 
 
-@pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])
+@pytest.mark.slow    # an opt-in option (tuning)
+@pytest.mark.parametrize("lam", [0, 1])
 def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
   module = _lower_training_step("cuda", lam, 128, 520, 10, 100, jnp.float32,
                                 save_plane=True)

@@ -45,7 +45,8 @@ Options of :func:`kernel_scan` for tuning on a GPU, off by default until measure
 (``.ci/accelerator``'s tuning steps): ``num_warps``; ``block`` (``lam=0``: a block of
 examples per program, ``h W_hh`` as one tensor-core product at ``precision``);
 ``save_plane`` (the backward kernel reads each step's plane from the forward kernel
-instead of computing it again). Each computes the same values (tests in the slow set).
+instead of computing it again). Each computes the same values; their equality and CUDA
+lowering tests are in the slow set.
 
 Platforms. The kernels are Pallas kernels lowered per platform
 (``jax.lax.platform_dependent``): on CUDA through Triton (``pallas.triton.CompilerParams``;
