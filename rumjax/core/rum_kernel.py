@@ -89,7 +89,7 @@ class _Cfg(NamedTuple):
   warps: Optional[int] = None   # Triton warps per program (None: num_warps(Np))
   block: int = 1                # examples per program (> 1: lam=0, h W as one tl.dot)
   save_plane: bool = False      # the forward kernel writes each step's plane for the backward
-  precision: Optional[jax.lax.Precision] = None   # of that dot (block > 1)
+  precision: Optional[jax.lax.Precision] = None   # of the matmuls outside, and (block > 1) h W
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -111,7 +111,7 @@ def _outer(a, b):
   return a[:, None] * b[None, :]
 
 
-def _h_w(cfg: "_Cfg", h, w):
+def _h_w(cfg: _Cfg, h, w):
   """``h W``: for one example (<Np>) a broadcast-and-sum (exact float32); for a block of
   examples (<Bb, Np>) one matrix product at the policy's ``precision`` (Triton's dot)."""
   if h.ndim == 1:
@@ -119,7 +119,7 @@ def _h_w(cfg: "_Cfg", h, w):
   return jnp.dot(h, w, precision=cfg.precision, preferred_element_type=F32)
 
 
-def _w_d(cfg: "_Cfg", w, d):
+def _w_d(cfg: _Cfg, w, d):
   """``W d`` for one example (<Np>), ``d W^T`` for a block (<Bb, Np>); as :func:`_h_w`."""
   if d.ndim == 1:
     return _mv(w, d)
@@ -324,11 +324,11 @@ def _pad_square(m, np_):
   return eye.at[:n, :n].set(0.0) + jnp.pad(m, [(0, 0)] * (m.ndim - 2) + [(0, np_ - n)] * 2)
 
 
-def _forward(cfg: _Cfg, precision, params, xs, carry0):
+def _forward(cfg: _Cfg, params, xs, carry0):
   kernel_x, bias, kernel_h = params
   n, np_ = cfg.nh, padded_size(cfg.nh)
   n_steps, batch = xs.shape[:2]
-  xp = jnp.matmul(xs, kernel_x, precision=precision) + bias          # <T, B, 3N>
+  xp = jnp.matmul(xs, kernel_x, precision=cfg.precision) + bias          # <T, B, 3N>
   bp = _blocks(cfg, batch)
   xt, xu, e = (_pad_batch(_pad_last(xp[..., k * n:(k + 1) * n], np_), bp, 1)
                for k in range(3))
@@ -365,11 +365,11 @@ def _forward(cfg: _Cfg, precision, params, xs, carry0):
   return (final, hs[:, :batch, :n]), res
 
 
-def _primal(cfg, precision, params, xs, carry0):
-  return _forward(cfg, precision, params, xs, carry0)[0]
+def _primal(cfg, params, xs, carry0):
+  return _forward(cfg, params, xs, carry0)[0]
 
 
-def _bwd(cfg: _Cfg, precision, res, cts):
+def _bwd(cfg: _Cfg, res, cts):
   params, xs, h0, hs, tau, upre, e, ys, r_final, wt, wu, plane = res
   kernel_x, _, kernel_h = params
   (ct_final, ct_hs) = cts
@@ -397,21 +397,21 @@ def _bwd(cfg: _Cfg, precision, res, cts):
   wdtype = at_least_float32(kernel_x)
   dxp = jnp.concatenate([dtau, dgate, de], axis=-1)                  # <T, B, 3N>
   h_prev = jnp.concatenate([h0[None], hs[:-1, :batch, :n]], axis=0)
-  mm = functools.partial(jnp.einsum, precision=precision, preferred_element_type=wdtype)
+  mm = functools.partial(jnp.einsum, precision=cfg.precision, preferred_element_type=wdtype)
   dkx = mm("tbx,tbk->xk", xs.astype(wdtype), dxp)
   dkh = mm("tbn,tbk->nk", h_prev.astype(wdtype), dxp[..., :2 * n])
   db = jnp.sum(dxp, axis=(0, 1))
-  dxs = jnp.matmul(dxp.astype(xs.dtype), kernel_x.T, precision=precision)
+  dxs = jnp.matmul(dxp.astype(xs.dtype), kernel_x.T, precision=cfg.precision)
   grads = tuple(g.astype(p.dtype) for g, p in zip((dkx, db, dkh), params))
   dcarry = (out[4][:, :n, :n].astype(dr_final.dtype), dh0) if lam else dh0
   return grads, dxs.astype(xs.dtype), dcarry
 
 
-def _fwd(cfg, precision, params, xs, carry0):
-  return _forward(cfg, precision, params, xs, carry0)
+def _fwd(cfg, params, xs, carry0):
+  return _forward(cfg, params, xs, carry0)
 
 
-_core = jax.custom_vjp(_primal, nondiff_argnums=(0, 1))
+_core = jax.custom_vjp(_primal, nondiff_argnums=(0,))
 _core.defvjp(_fwd, _bwd)
 
 
@@ -453,4 +453,4 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
              resolve_precision(precision))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
-  return _core(cfg, resolve_precision(precision), p, xs, carry0)
+  return _core(cfg, p, xs, carry0)
