@@ -57,6 +57,17 @@ def test_make_step_rejects_unknown_candidates():
     cells.make_step("gru:tp", (2, 3, 2, 2))
   with pytest.raises(ValueError, match="unknown candidate 'rnn'"):
     cells.make_step("rnn", (2, 3, 2, 2))
+  for bad in ("rum1_kernel_x", "rum1_kernel_r", "rum1_kernel_t3", "rum2_kernel_t"):
+    with pytest.raises(ValueError, match="unknown candidate"):
+      cells.make_step(bad, (2, 3, 2, 2))
+
+
+def test_kernel_candidates_name_kernel_scan_options():
+  assert cells.kernel_options("kernel_t_pf") == dict(transposed=True, prefetch=True)
+  assert cells.kernel_options("kernel_r32_w16_sp") == dict(rows=32, num_warps=16,
+                                                           save_plane=True)
+  assert cells.kernel_options("kernel_bb16") == dict(block=16)
+  assert cells.kernel_options("kernel") is None and cells.kernel_options("unroll8") is None
 
 
 # ---------------------------------------------------------------------------- FLOPs

@@ -58,11 +58,13 @@ def _loss(scan, lam, params, xs, carry):
 
 
 def _value_and_grads(impl, lam, kw, params, xs, carry):
+  """``impl``: "fast", or "kernel" with kernel_scan's options after "+" (e.g.
+  "kernel+rows4+prefetch", "kernel+block16")."""
   fn = rum_kernel.kernel_scan if impl.startswith("kernel") else rum_fast.fast_scan
-  if impl.startswith("kernel_block"):
-    fn = functools.partial(fn, block=int(impl.removeprefix("kernel_block")))
-  if impl == "kernel_save_plane":
-    fn = functools.partial(fn, save_plane=True)
+  for option in impl.split("+")[1:]:
+    name = option.rstrip("0123456789")
+    value = int(option[len(name):]) if option != name else True
+    fn = functools.partial(fn, **{name: value})
   scan = functools.partial(fn, lam=lam, **kw)
   loss = functools.partial(_loss, scan, lam)
   with jax.default_matmul_precision("highest"):
@@ -131,14 +133,14 @@ def test_kernel_matches_fast_path_bfloat16_policy(lam):
 ])
 def test_kernel_with_blocks_of_examples_matches_fast_path(nh, batch, eta, activation, gate):
   kw = dict(eta=eta, activation=rum.get_activation(activation), update_gate=gate)
-  _compare(0, kw, _problem(0, nh, batch=batch, steps=3), F32_TOL, impl="kernel_block16")
+  _compare(0, kw, _problem(0, nh, batch=batch, steps=3), F32_TOL, impl="kernel+block16")
 
 
 @pytest.mark.slow
 def test_kernel_with_blocks_of_examples_bfloat16_policy():
   kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
   _compare(0, kw, _problem(0, 5, batch=3, dtype=jnp.bfloat16), BF16_TOL,
-           impl="kernel_block16")
+           impl="kernel+block16")
 
 
 # save_plane: the backward kernel reads the forward's planes (both lam, padding, eta).
@@ -146,7 +148,59 @@ def test_kernel_with_blocks_of_examples_bfloat16_policy():
 @pytest.mark.parametrize("lam,nh,eta", [(1, 5, 1.0), (0, 100, None)])
 def test_kernel_reading_the_saved_planes_matches_fast_path(lam, nh, eta):
   kw = dict(eta=eta, activation=jax.nn.relu, update_gate=True)
-  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl="kernel_save_plane")
+  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl="kernel+save_plane")
+
+
+# rows: R, Q and W streamed through memory by blocks of rows (Nh 5 -> 16 in 4 blocks of 4,
+# Nh 100 -> 128 in 8 of 16; one block of the whole matrix; both lam, eta, sigmoid, no gate).
+@pytest.mark.parametrize("lam,nh,rows,eta,activation,gate", [
+    (1, 5, 4, None, "relu", True),
+    (0, 5, 4, 1.0, "sigmoid", True),
+    (1, 100, 16, 1.0, "tanh", False),
+    pytest.param(1, 5, 16, 2.0, "relu", True, marks=pytest.mark.slow),
+])
+def test_kernel_streaming_rows_matches_fast_path(lam, nh, rows, eta, activation, gate):
+  kw = dict(eta=eta, activation=rum.get_activation(activation), update_gate=gate)
+  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl=f"kernel+rows{rows}")
+
+
+# transposed: W^T in the forward kernel, R^T in the backward (alone and with rows).
+@pytest.mark.parametrize("lam,nh,eta,impl", [
+    (1, 5, 1.0, "kernel+transposed"),
+    (0, 100, None, "kernel+transposed"),
+    (1, 100, None, "kernel+transposed+rows32"),
+])
+def test_kernel_transposed_matches_fast_path(lam, nh, eta, impl):
+  kw = dict(eta=eta, activation=jax.nn.relu, update_gate=True)
+  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl=impl)
+
+
+# prefetch: each step's loads issued a step early (T = 1 and 3; with rows, transposed,
+# saved planes).
+@pytest.mark.parametrize("lam,nh,steps,impl", [
+    (1, 5, 3, "kernel+prefetch"),
+    (0, 5, 1, "kernel+prefetch0"),        # lam=0 prefetches by default: here without
+    (1, 100, 3, "kernel+prefetch+transposed"),
+    pytest.param(1, 5, 3, "kernel+prefetch+rows4", marks=pytest.mark.slow),
+    pytest.param(1, 5, 3, "kernel+prefetch+save_plane", marks=pytest.mark.slow),
+])
+def test_kernel_prefetching_matches_fast_path(lam, nh, steps, impl):
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  _compare(lam, kw, _problem(lam, nh, steps=steps), F32_TOL, impl=impl)
+
+
+@pytest.mark.slow
+def test_kernel_streaming_rows_bfloat16_policy():
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  _compare(1, kw, _problem(1, 5, dtype=jnp.bfloat16), BF16_TOL, impl="kernel+rows4")
+
+
+@pytest.mark.parametrize("rows,block", [(3, 1), (0, 1), (16, 16)])
+def test_kernel_refuses_rows_it_cannot_stream(rows, block):
+  params, xs, carry = _problem(0, 5)
+  with pytest.raises(ValueError, match=f"rows={rows}"):
+    rum_kernel.kernel_scan(params, xs, carry, lam=0, eta=None, activation=jax.nn.relu,
+                           update_gate=True, rows=rows, block=block)
 
 
 @pytest.mark.parametrize("lam,block", [(1, 16), (0, 8), (0, 24)])
@@ -180,11 +234,14 @@ def test_kernel_refuses_what_it_does_not_run(kwargs, message):
 
 
 def test_auto_picks_the_kernel_on_a_gpu_where_it_was_measured_faster():
-  """An H100 measured the kernel faster up to Np = 128 and slower at 256 (RESULTS.md)."""
-  sel = functools.partial(rum.select_impl, "auto", lam=1, return_cos=False,
+  """An H100 measured the kernel faster up to Np = 128 for lam=1 (slower at 256), up to
+  256 for lam=0 (RESULTS.md)."""
+  sel = functools.partial(rum.select_impl, "auto", return_cos=False,
                           dtype=jnp.float32, backend="gpu", devices=1)
-  assert sel(nh=50) == "kernel" and sel(nh=100) == "kernel" and sel(nh=128) == "kernel"
-  assert sel(nh=129) == "fast" and sel(nh=256) == "fast"
+  for nh in (50, 100, 128):
+    assert sel(lam=1, nh=nh) == "kernel" and sel(lam=0, nh=nh) == "kernel"
+  assert sel(lam=1, nh=129) == "fast" and sel(lam=1, nh=256) == "fast"
+  assert sel(lam=0, nh=256) == "kernel" and sel(lam=0, nh=257) == "fast"
 
 
 def test_auto_keeps_the_xla_scan_when_the_batch_may_be_sharded_over_gpus():
@@ -194,7 +251,7 @@ def test_auto_keeps_the_xla_scan_when_the_batch_may_be_sharded_over_gpus():
 
 
 def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):
-  monkeypatch.setattr(rum, "KERNEL_AUTO_MAX_HIDDEN", 128)
+  monkeypatch.setattr(rum, "KERNEL_AUTO_MAX_HIDDEN", {0: 128, 1: 128})
   sel = functools.partial(rum.select_impl, "auto", return_cos=False, dtype=jnp.float32,
                           devices=1)
   assert sel(lam=1, nh=100, backend="gpu") == "kernel"
@@ -202,7 +259,7 @@ def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):
   assert sel(lam=1, nh=100, backend="cpu") == "fast"
   assert sel(lam=1, nh=100, backend="tpu") == "fast"
   assert sel(lam=0.5, nh=100, backend="gpu") == "fast"
-  assert sel(lam=1, nh=rum.KERNEL_AUTO_MAX_HIDDEN + 1, backend="gpu") == "fast"
+  assert sel(lam=1, nh=129, backend="gpu") == "fast"
   assert sel(lam=1, nh=8, backend="gpu", return_cos=True) == "fast"
   assert rum.select_impl("auto", lam=1, return_cos=False, nh=8, dtype=jnp.float64,
                          backend="gpu", devices=1) == "fast"
@@ -238,6 +295,7 @@ def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype, block=None,
     (1, 128, 520, 10, 100, jnp.float32),
     (0, 128, 520, 10, 100, jnp.bfloat16),
     (1, 128, 53, 36, 50, jnp.bfloat16),
+    (0, 128, 520, 64, 256, jnp.bfloat16),      # rows streamed (auto above Np 128)
 ])
 def test_kernel_lowers_for_cuda(lam, batch, steps, nx, nh, dtype):
   """Lowered for CUDA, a training step holds two Triton kernels (forward, backward)."""
@@ -284,6 +342,26 @@ def test_kernel_with_blocks_lowers_for_cuda(nh, dtype):
 def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
   module = _lower_training_step("cuda", lam, 128, 520, 10, 100, jnp.float32,
                                 save_plane=True)
+  assert module.count(TRITON + "(") == 2
+
+
+# The streamed rows at the shapes they are for (Nh 256) and at copying's Nh 100.
+@pytest.mark.parametrize("lam,nh,rows,dtype", [
+    (1, 256, 32, jnp.float32),
+    pytest.param(0, 256, 32, jnp.bfloat16, marks=pytest.mark.slow),
+    pytest.param(1, 100, 32, jnp.float32, marks=pytest.mark.slow),
+])
+def test_kernel_streaming_rows_lowers_for_cuda(lam, nh, rows, dtype):
+  module = _lower_training_step("cuda", lam, 128, 520, 64, nh, dtype, rows=rows)
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lam,options", [(0, dict(transposed=True)),
+                                         (1, dict(transposed=True, prefetch=True)),
+                                         (0, dict(prefetch=True, rows=32))])
+def test_kernel_transposed_and_prefetching_lower_for_cuda(lam, options):
+  module = _lower_training_step("cuda", lam, 128, 520, 10, 100, jnp.float32, **options)
   assert module.count(TRITON + "(") == 2
 
 

@@ -8,8 +8,11 @@ suffix ``_ref`` (the autodiff reference), ``_kernel`` (``impl="kernel"``: the fu
 kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the kernel with k
 Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
 examples per program, ``h W`` as a tensor-core product), ``_kernel_sp`` (the backward
-kernel reads the forward's planes, ``save_plane=True``) or ``_unroll8`` (the XLA scan
-with ``lax.scan(unroll=8)``, a cheap lever against the per-step cost of XLA's while loop).
+kernel reads the forward's planes, ``save_plane=True``), ``_kernel_r<k>`` (R, Q and W
+streamed by blocks of k rows, ``rows=k``), ``_kernel_t`` (``transposed=True``: sums along
+rows), ``_kernel_pf`` (``prefetch=True``), options joined by ``_`` (``rum1_kernel_t_pf``),
+or ``_unroll8`` (the XLA scan with ``lax.scan(unroll=8)``, a cheap lever against the
+per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
 states, jit-compiled, in a computation dtype (``dtype``: float32 or bfloat16, the
@@ -43,12 +46,39 @@ SHAPES = {  # name: (B, T, Nx, Nh)
 # block of examples per program (tuning; on a GPU).
 KERNEL_WARPS = (2, 4, 8, 16, 32)
 KERNEL_BLOCKS = (16, 32, 64)
+KERNEL_ROWS = (8, 16, 32, 64)
 CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "rum05_ref",
                "rum0_kernel", "rum1_kernel", "rum0_unroll8", "rum1_unroll8", "lstmn",
                "lstmn_ref")
               + tuple(f"rum{lam}_kernel_w{w}" for lam in (0, 1) for w in KERNEL_WARPS)
               + tuple(f"rum0_kernel_bb{b}" for b in KERNEL_BLOCKS)
-              + ("rum0_kernel_sp", "rum1_kernel_sp") + torch_anchor.KINDS)
+              + tuple(f"rum{lam}_kernel_r{k}" for lam in (0, 1) for k in KERNEL_ROWS)
+              + tuple(f"rum{lam}_kernel_{o}" for lam in (0, 1) for o in ("sp", "t", "pf"))
+              + torch_anchor.KINDS)
+# The kernel's options by their candidate suffixes (kernel_scan's keyword arguments).
+KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "sp": "save_plane",
+                  "t": "transposed", "pf": "prefetch"}
+
+
+def kernel_options(variant):
+  """``{kernel_scan keyword: value}`` of a variant ``kernel_<opt>[_<opt>...]``, each
+  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r) or alone (sp, t, pf); None
+  if ``variant`` is not one."""
+  if not variant.startswith("kernel_"):
+    return None
+  options = {}
+  for token in variant.removeprefix("kernel_").split("_"):
+    name = token.rstrip("0123456789")
+    if name not in KERNEL_OPTIONS or (name in ("w", "bb", "r")) == (name == token):
+      return None
+    options[KERNEL_OPTIONS[name]] = int(token[len(name):]) if name != token else True
+  return options
+
+
+def is_candidate(cand):
+  """A listed candidate, or a RUM kernel with a combination of options."""
+  base, _, variant = cand.partition("_")
+  return cand in CANDIDATES or (base in ("rum0", "rum1") and bool(kernel_options(variant)))
 # RUM candidates' suffixes: (impl, unroll).
 RUM_VARIANTS = {"": ("fast", 1), "ref": ("reference", 1), "kernel": ("kernel", 1),
                 "unroll8": ("fast", 8)}
@@ -110,14 +140,9 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
     model = nn.RNN(cell(nh, dtype=dtype))
     return (lambda p, x: sum_squares(model.apply(p, x))), model.init(jax.random.key(1), xs)
   base, _, variant = cand.partition("_")
-  if variant.startswith("kernel_w"):
-    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype,
-                        num_warps=int(variant.removeprefix("kernel_w")))
-  if variant.startswith("kernel_bb"):
-    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype,
-                        block=int(variant.removeprefix("kernel_bb")))
-  if variant == "kernel_sp":
-    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype, save_plane=True)
+  options = kernel_options(variant)
+  if options:
+    return _kernel_loss(RUM_LAMS[base], xs, nh, dtype, **options)
   impl, unroll = RUM_VARIANTS[variant]
   if base == "lstmn":
     params = core.init_lstmn_params(jax.random.key(1), nx, nh, nh)
@@ -130,9 +155,9 @@ def _loss_and_params(cand, xs, nh, dtype=jnp.float32):
 
 
 def _kernel_loss(lam, xs, nh, dtype, **options):
-  """``rum{lam}_kernel_w{k}`` / ``rum0_kernel_bb{k}`` / ``rum{lam}_kernel_sp``:
-  :func:`rumjax.core.rum_kernel.kernel_scan` (what ``rum_scan(impl="kernel")`` runs, with
-  rum_scan's defaults) with ``num_warps=k`` / ``block=k`` / ``save_plane=True``."""
+  """``rum{lam}_kernel_<options>``: :func:`rumjax.core.rum_kernel.kernel_scan` (what
+  ``rum_scan(impl="kernel")`` runs, with rum_scan's defaults) with ``options``
+  (:func:`kernel_options`)."""
   params = core.init_rum_params(jax.random.key(1), xs.shape[-1], nh)
   carry = rum_lib.initial_carry(xs.shape[:1], nh, lam, dtype, None)
 
@@ -160,7 +185,7 @@ def make_step(cand, shape, dtype=jnp.float32):
   dtype = resolve_dtype(dtype)
   b, t, nx, nh = shape
   xs = jax.random.normal(jax.random.key(0), (b, t, nx), jnp.float32).astype(dtype)
-  if cand not in CANDIDATES:
+  if not is_candidate(cand):
     raise ValueError(f"unknown candidate {cand!r}: {', '.join(CANDIDATES)}, optionally "
                      "with ':dp'.")
   loss, params = _loss_and_params(cand, xs, nh, dtype)

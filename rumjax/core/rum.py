@@ -302,12 +302,12 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
 
 IMPLS = ("auto", "fast", "kernel", "reference")
 
-# impl="auto" picks the fused kernel on a GPU up to this padded hidden size (R, and Q in
-# the backward pass, Np x Np float32 per example, must stay on chip). Measured by
-# `.ci/accelerator` on an H100 (RESULTS.md, "RUM's speed"): at Np 64 (recall) and 128
-# (copying) the kernel's training step took 0.13-0.31x the XLA scan's time, at Np 256
-# (256x520x64x256) 4.6-15x longer (R no longer fits on chip).
-KERNEL_AUTO_MAX_HIDDEN = 128
+# impl="auto" picks the fused kernel on a GPU up to this padded hidden size, per lam.
+# Measured on an H100 (RESULTS.md, "RUM's speed"): at Np 64 (recall) and 128 (copying) the
+# kernel's training step took 0.13-0.31x the XLA scan's time; at Np 256 (256x520x64x256,
+# R, Q and W streamed by blocks of rows) lam=0 24 ms against the XLA scan's 33, lam=1 253
+# ms against 191 (one example's R and Q no longer fit a program's registers).
+KERNEL_AUTO_MAX_HIDDEN = {0: 256, 1: 128}
 
 _KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
@@ -329,7 +329,8 @@ def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
 
   ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
   0 and 1, float32 or bfloat16 and a padded hidden size up to
-  :data:`KERNEL_AUTO_MAX_HIDDEN` (128: where an H100 measured it faster), without
+  :data:`KERNEL_AUTO_MAX_HIDDEN` (lam=0: 256, lam=1: 128, where an H100 measured it faster
+  than the XLA scan), without
   ``return_cos``; the XLA fast path (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs,
   TPUs, a real ``lam``, ``return_cos``, larger hidden sizes, and processes that see more
   than one device: XLA's partitioner cannot split the kernel's custom call over a batch
@@ -343,7 +344,7 @@ def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
   devices = jax.device_count() if devices is None else devices
   if (backend == "gpu" and devices == 1
       and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype) is None
-      and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN):
+      and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN[int(lam)]):
     return "kernel"
   return "fast"
 

@@ -90,6 +90,9 @@ class _Cfg(NamedTuple):
   block: int = 1                # examples per program (> 1: lam=0, h W as one tl.dot)
   save_plane: bool = False      # the forward kernel writes each step's plane for the backward
   precision: Optional[jax.lax.Precision] = None   # of the matmuls outside, and (block > 1) h W
+  rows: Optional[int] = None    # R, Q and W streamed through memory in blocks of this many rows
+  transposed: bool = False      # forward: W^T (h W as row sums); backward: R^T in registers
+  prefetch: bool = False        # step t's loads issued at the start of step t - 1
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -111,20 +114,104 @@ def _outer(a, b):
   return a[:, None] * b[None, :]
 
 
-def _h_w(cfg: _Cfg, h, w):
-  """``h W``: for one example (<Np>) a broadcast-and-sum (exact float32); for a block of
-  examples (<Bb, Np>) one matrix product at the policy's ``precision`` (Triton's dot)."""
-  if h.ndim == 1:
-    return _vm(h, w)
-  return jnp.dot(h, w, precision=cfg.precision, preferred_element_type=F32)
+# Streamed matrices (``rows``): a <Np, Np> matrix in memory, read and written a block of
+# ``rows`` rows at a time, so that no <Np, Np> tile lives in registers (at Np = 256 one
+# example's R alone is a whole register file). Triton slices refs but not values: a vector's
+# row block is taken with a mask (:func:`_take`), and a vector built from its row blocks
+# with masks (:func:`_put`), each O(Np) per block.
 
 
-def _w_d(cfg: _Cfg, w, d):
+def _blocks_of(cfg: _Cfg, np_: int):
+  """``(row slice, block index)`` of each block of ``cfg.rows`` rows."""
+  rows = min(cfg.rows, np_)
+  return [(pl.ds(c * rows, rows), c) for c in range(np_ // rows)]
+
+
+def _take(v, c, rows):
+  """``v[c rows : (c + 1) rows]`` of a vector <Np>."""
+  v2 = v.reshape(-1, rows)
+  sel = jax.lax.broadcasted_iota(jnp.int32, v2.shape, 0) == c
+  return jnp.sum(jnp.where(sel, v2, 0.0), axis=0)
+
+
+def _put(parts):
+  """The vector <Np> whose consecutive row blocks are ``parts``."""
+  out = jnp.zeros((len(parts), parts[0].shape[0]), F32)
+  sel = jax.lax.broadcasted_iota(jnp.int32, out.shape, 0)
+  for c, part in enumerate(parts):
+    out = jnp.where(sel == c, part[None, :], out)
+  return out.reshape(-1)
+
+
+def _h_w(cfg: _Cfg, h, w_ref):
+  """``h W``: for one example (<Np>) a broadcast-and-sum (exact float32; with ``rows``
+  block by block of W's rows); for a block of examples (<Bb, Np>) one matrix product at the
+  policy's ``precision`` (Triton's dot)."""
+  if h.ndim > 1:
+    return jnp.dot(h, w_ref[...].astype(F32), precision=cfg.precision,
+                   preferred_element_type=F32)
+  if not cfg.rows:
+    return _vm(h, w_ref[...].astype(F32))
+  rows = min(cfg.rows, h.shape[0])
+  return sum(_vm(_take(h, c, rows), w_ref[s, :].astype(F32))
+             for s, c in _blocks_of(cfg, h.shape[0]))
+
+
+def _w_d(cfg: _Cfg, w_ref, d):
   """``W d`` for one example (<Np>), ``d W^T`` for a block (<Bb, Np>); as :func:`_h_w`."""
-  if d.ndim == 1:
-    return _mv(w, d)
-  return jax.lax.dot_general(d, w, (((1,), (1,)), ((), ())), precision=cfg.precision,
-                             preferred_element_type=F32)
+  if d.ndim > 1:
+    return jax.lax.dot_general(d, w_ref[...].astype(F32), (((1,), (1,)), ((), ())),
+                               precision=cfg.precision, preferred_element_type=F32)
+  if not cfg.rows:
+    return _mv(w_ref[...].astype(F32), d)
+  return _put([_mv(w_ref[s, :].astype(F32), d) for s, _ in _blocks_of(cfg, d.shape[0])])
+
+
+def _copy(cfg: _Cfg, src_ref, dst_ref):
+  """``dst = src`` (<Np, Np>) block by block of rows."""
+  for s, _ in _blocks_of(cfg, src_ref.shape[-1]):
+    dst_ref[s, :] = src_ref[s, :].astype(F32)
+
+
+def _stream_forward(cfg: _Cfg, r_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, row_q):
+  """The forward step's ``R`` part with ``R`` in ``r_ref`` (``R_{t-1}`` in, ``R_t`` out),
+  block by block of rows; returns ``R_{t-1} Rot_t h_{t-1}``."""
+  parts = []
+  for s, _ in _blocks_of(cfg, r_ref.shape[-1]):
+    m = r_ref[s, :]
+    ru, rq, rh = _mv(m, p.u), _mv(m, p.q), _mv(m, x)         # R_{t-1} [u, q, Rot h]
+    r_ref[s, :] = m + _outer(ru, row_u) + _outer(rq, row_q)  # R_t = R_{t-1} Rot_t
+    ru_ref[t, s], rq_ref[t, s], rh_ref[t, s] = ru, rq, rh
+    parts.append(rh)
+  return _put(parts)
+
+
+def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
+  """The backward step's ``R``, ``Q`` part with ``R_t`` in ``r_ref`` and ``Q_t`` in
+  ``q_ref`` (out: ``R_{t-1}``, ``Q_{t-1}``), block by block of rows, the same algebra as
+  the in-register branch of :func:`_backward_kernel`; returns ``(dx, du, dq, dms)``."""
+  np_ = r_ref.shape[-1]
+  rows = min(cfg.rows, np_)
+  row_u, row_q = rum_fast._m_rows(p)
+  col_u, col_q = rum_fast._m_cols(p)
+  zero = jnp.zeros((np_,), F32)
+  dx, v1, v2, gu, gq = zero, zero, zero, zero, zero
+  dms = (0.0,) * 4
+  for s, c in _blocks_of(cfg, np_):
+    ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
+    m = r_ref[s, :] - _outer(ru, row_u) - _outer(rq, row_q)  # R_{t-1} = R_t Rot_t^T
+    r_ref[s, :] = m
+    qm = q_ref[s, :]
+    qu, qq = _mv(qm, p.u), _mv(qm, p.q)
+    gu, gq = gu + _vm(ru, qm), gq + _vm(rq, qm)              # G^T u, G^T q
+    wc = _take(w, c, rows)
+    dx, v1, v2 = dx + _vm(wc, m), v1 + _vm(qu, m), v2 + _vm(qq, m)
+    dms = tuple(d + jnp.sum(a * b) for d, (a, b) in
+                zip(dms, ((ru, qu), (ru, qq), (rq, qu), (rq, qq))))
+    q_ref[s, :] = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(wc, x)   # Q_{t-1}
+  du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
+  dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
+  return dx, du, dq, dms
 
 
 def _head_cfg(cfg: _Cfg, np_: int):
@@ -139,11 +226,27 @@ def _store_policy(cfg: _Cfg, h):
   return h.astype(cfg.dtype).astype(F32)
 
 
+def _time_loop(cfg: _Cfg, n_steps, inputs, step, carry):
+  """``for i in range(n_steps): carry = step(i, carry, inputs(i))``, where ``inputs(i)``
+  loads step i's operands from memory. With ``cfg.prefetch`` step i's loads are issued at
+  the start of step i - 1 (carried), so that their latency hides behind that step's work."""
+  if not cfg.prefetch:
+    return jax.lax.fori_loop(0, n_steps, lambda i, c: step(i, c, inputs(i)), carry)
+
+  def body(i, c):
+    c, current = c
+    following = inputs(jnp.minimum(i + 1, n_steps - 1))
+    return step(i, c, current), following
+
+  return jax.lax.fori_loop(0, n_steps, body, (carry, inputs(0)))[0]
+
+
 # ------------------------------------------------------------------------ kernels
 
 
 def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *refs):
-  """One example's forward pass over all T steps (see the module docstring)."""
+  """One example's forward pass over all T steps (see the module docstring). With
+  ``cfg.rows`` R lives in ``rT_ref`` (streamed), else in registers (the loop's carry)."""
   lam = cfg.head.lam
   plane_refs = refs[len(refs) - _PLANE:] if cfg.save_plane else ()
   refs = refs[:len(refs) - len(plane_refs)]
@@ -153,18 +256,27 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     hs_ref, tau_ref, upre_ref, hT_ref = refs
   np_ = h0_ref.shape[-1]
   head = _head_cfg(cfg, np_)
+  in_registers = lam and not cfg.rows
 
-  def step(t, carry):
-    r, h = carry if lam else (None, carry)
-    tau = xt_ref[t].astype(F32) + _h_w(cfg, h, wt_ref[...].astype(F32))
-    upre = xu_ref[t].astype(F32) + _h_w(cfg, h, wu_ref[...].astype(F32))
-    e = e_ref[t].astype(F32)
+  def inputs(t):
+    return xt_ref[t].astype(F32), xu_ref[t].astype(F32), e_ref[t].astype(F32)
+
+  def step(t, carry, loaded):
+    r, h = carry if in_registers else (None, carry)
+    xt, xu, e = loaded
+    if cfg.transposed:                                      # W^T h, sums along rows
+      tau, upre = xt + _w_d(cfg, wt_ref, h), xu + _w_d(cfg, wu_ref, h)
+    else:
+      tau, upre = xt + _h_w(cfg, h, wt_ref), xu + _h_w(cfg, h, wu_ref)
     x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
     if lam:
-      ru, rq, rh = _mv(r, p.u), _mv(r, p.q), _mv(r, x)     # R_{t-1} [u, q, Rot h]
       row_u, row_q = rum_fast._m_rows(p)
+    if in_registers:
+      ru, rq, rh = _mv(r, p.u), _mv(r, p.q), _mv(r, x)     # R_{t-1} [u, q, Rot h]
       r = r + _outer(ru, row_u) + _outer(rq, row_q)         # R_t = R_{t-1} Rot_t
       ru_ref[t], rq_ref[t], rh_ref[t] = ru, rq, rh
+    elif lam:
+      rh = _stream_forward(cfg, rT_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, row_q)
     else:
       rh = x
     hn, _ = rum_fast._head(head, h, upre, e, rh)
@@ -173,76 +285,101 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     tau_ref[t], upre_ref[t] = tau, upre
     for ref, field in zip(plane_refs, p):
       ref[t] = field
-    return (r, hn) if lam else hn
+    return (r, hn) if in_registers else hn
 
   h0 = h0_ref[...].astype(F32)
-  carry = (r0_ref[...].astype(F32), h0) if lam else h0
-  carry = jax.lax.fori_loop(0, xt_ref.shape[0], step, carry)
-  if lam:
+  if lam and cfg.rows:
+    _copy(cfg, r0_ref, rT_ref)
+  carry = (r0_ref[...].astype(F32), h0) if in_registers else h0
+  carry = _time_loop(cfg, xt_ref.shape[0], inputs, step, carry)
+  if in_registers:
     rT_ref[...], carry = carry[0], carry[1]
   hT_ref[...] = carry.astype(hT_ref.dtype)
 
 
 def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref, wt_ref,
                      wu_ref, dhT_ref, *refs):
-  """One example's backward pass over all T steps, t = T..1 (see the module docstring)."""
+  """One example's backward pass over all T steps, t = T..1 (see the module docstring).
+  With ``cfg.rows`` R lives in ``rw_ref`` and Q in ``dr0_ref`` (streamed), else in
+  registers (the loop's carry)."""
   lam = cfg.head.lam
   n_in = 5 if lam else 0
   plane_refs = refs[n_in:n_in + _PLANE] if cfg.save_plane else ()
   refs = refs[:n_in] + refs[n_in + len(plane_refs):]
   if lam:
     (ru_ref, rq_ref, rh_ref, rT_ref, qT_ref, dtau_ref, dgate_ref, de_ref, dh0_ref,
-     dr0_ref) = refs
+     dr0_ref, *rw_ref) = refs
   else:
     dtau_ref, dgate_ref, de_ref, dh0_ref = refs
   n_steps, np_ = tau_ref.shape[0], tau_ref.shape[-1]
   head = _head_cfg(cfg, np_)
   h0 = h0_ref[...].astype(F32)
+  in_registers = lam and not cfg.rows
 
-  def step(i, carry):
+  def inputs(i):
     t = n_steps - 1 - i
-    r, q, dh = carry if lam else (None, None, carry)
     h = jnp.where(t > 0, hs_ref[jnp.maximum(t - 1, 0)].astype(F32), h0)
-    tau, upre, e = tau_ref[t], upre_ref[t], e_ref[t].astype(F32)
-    g = dh + g_ref[t].astype(F32)
+    saved = {}                                              # what only some set-ups read
+    if lam:
+      saved["rh"] = rh_ref[t]
+    if in_registers:
+      saved["ru"], saved["rq"] = ru_ref[t], rq_ref[t]       # R_{t-1} u, R_{t-1} q
+    if plane_refs:
+      saved["plane"] = RotationPlane(*(ref[t] for ref in plane_refs))
+    return (h, tau_ref[t], upre_ref[t], e_ref[t].astype(F32), g_ref[t].astype(F32)), saved
+
+  def step(i, carry, loaded):
+    t = n_steps - 1 - i
+    r, q, dh = carry if in_registers else (None, None, carry)
+    (h, tau, upre, e, g), saved = loaded
+    g = dh + g
     if plane_refs:                                          # the forward's very plane
-      p = RotationPlane(*(ref[t] for ref in plane_refs))
+      p = saved["plane"]
       x = apply_plane(p, h)
     else:
       x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
-    rh = rh_ref[t] if lam else x
+    rh = saved["rh"] if lam else x
     _, aux = rum_fast._head(head, h, upre, e, rh)
     dh_gate, dgate, w = rum_fast._head_bwd(head, h, aux, g)
     zero = jnp.zeros_like(p.cos)
-    if lam:
-      ru, rq = ru_ref[t], rq_ref[t]                         # R_{t-1} u, R_{t-1} q
+    if in_registers:
+      ru, rq = saved["ru"], saved["rq"]
       row_u, row_q = rum_fast._m_rows(p)
-      r = r - _outer(ru, row_u) - _outer(rq, row_q)         # R_{t-1} = R_t Rot_t^T
       qu, qq = _mv(q, p.u), _mv(q, p.q)
       gu, gq = _vm(ru, q), _vm(rq, q)                       # G^T u, G^T q
-      dx, v1, v2 = _vm(w, r), _vm(qu, r), _vm(qq, r)        # R_{t-1}^T [w, Q u, Q q]
+      if cfg.transposed:                                    # r holds R^T: sums along rows
+        r = r - _outer(row_u, ru) - _outer(row_q, rq)       # R_{t-1}^T = Rot_t R_t^T
+        dx, v1, v2 = _mv(r, w), _mv(r, qu), _mv(r, qq)      # R_{t-1}^T [w, Q u, Q q]
+      else:
+        r = r - _outer(ru, row_u) - _outer(rq, row_q)       # R_{t-1} = R_t Rot_t^T
+        dx, v1, v2 = _vm(w, r), _vm(qu, r), _vm(qq, r)
       du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
       dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
       dms = tuple(jnp.sum(a * b) for a, b in ((ru, qu), (ru, qq), (rq, qu), (rq, qq)))
       col_u, col_q = rum_fast._m_cols(p)
       q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
+    elif lam:
+      dx, du, dq, dms = _stream_backward(cfg, rw_ref[0], dr0_ref, ru_ref, rq_ref, t, p, x, w)
     else:
       dx, du, dq, dms = w, None, None, (zero,) * 4
     dtau, de, dh = rum_fast._rotate_bwd(tau, e, h, p, dx,
                                         RotationPlane(du, dq, *dms, zero, zero),
                                         in_kernel=True)
-    dh = dh + _w_d(cfg, wt_ref[...].astype(F32), dtau)   # tau = ... + h W^tau_hh
+    dh = dh + _w_d(cfg, wt_ref, dtau)                        # tau = ... + h W^tau_hh
     if cfg.head.update_gate:
-      dh = dh + dh_gate + _w_d(cfg, wu_ref[...].astype(F32), dgate)
+      dh = dh + dh_gate + _w_d(cfg, wu_ref, dgate)
     else:
       dgate = jnp.zeros_like(dtau)
     dtau_ref[t], dgate_ref[t], de_ref[t] = dtau, dgate, de + w
-    return (r, q, dh) if lam else dh
+    return (r, q, dh) if in_registers else dh
 
   dh = dhT_ref[...].astype(F32)
-  carry = (rT_ref[...], qT_ref[...], dh) if lam else dh
-  carry = jax.lax.fori_loop(0, n_steps, step, carry)
-  if lam:
+  if lam and cfg.rows:
+    _copy(cfg, rT_ref, rw_ref[0])
+    _copy(cfg, qT_ref, dr0_ref)
+  carry = (rT_ref[...], qT_ref[...], dh) if in_registers else dh
+  carry = _time_loop(cfg, n_steps, inputs, step, carry)
+  if in_registers:
     dr0_ref[...], carry = carry[1], carry[2]
   dh0_ref[...] = carry
 
@@ -270,6 +407,14 @@ def _shape(kind, n_steps, batch, np_, dtype):
   shapes = {"seq": (n_steps, batch, np_), "vec": (batch, np_), "mat": (batch, np_, np_),
             "sca": (n_steps, batch)}
   return jax.ShapeDtypeStruct(shapes[kind], dtype)
+
+
+# The defaults, from an H100 (RESULTS.md, "RUM's speed"): padded sizes above STREAM_ABOVE
+# stream R, Q and W by blocks of STREAM_ROWS rows (Np 256: lam=0 24 ms a step instead of
+# 500, lam=1 253 instead of 883); lam=0 prefetches (copying: 4.74 ms instead of 5.27);
+# lam=1 does not (10.25 against 9.51).
+STREAM_ABOVE = 128
+STREAM_ROWS = 32
 
 
 def num_warps(np_: int) -> int:
@@ -338,7 +483,8 @@ def _forward(cfg: _Cfg, params, xs, carry0):
   r0, h0 = carry0 if lam else (None, carry0)
   rdtype = at_least_float32(dtype)
   ins = ["seq"] * 3 + ["w"] * 2 + ["vec"]
-  args = [xt, xu, e, wt, wu, _pad_batch(_pad_last(h0, np_), bp, 0)]
+  w_fwd = (wt.T, wu.T) if cfg.transposed else (wt, wu)
+  args = [xt, xu, e, *w_fwd, _pad_batch(_pad_last(h0, np_), bp, 0)]
   outs = [("seq", dtype), ("seq", F32), ("seq", F32)]
   if lam:
     ins.append("mat")
@@ -384,11 +530,14 @@ def _bwd(cfg: _Cfg, res, cts):
   if lam:
     ins += ["seq"] * 3 + ["mat"] * 2
     pad = [(0, 0), (0, np_ - n), (0, np_ - n)]
-    args += list(ys) + [r_final, jnp.pad(dr_final.astype(F32), pad)]
+    r_in = jnp.swapaxes(r_final, 1, 2) if cfg.transposed and not cfg.rows else r_final
+    args += list(ys) + [r_in, jnp.pad(dr_final.astype(F32), pad)]
   if cfg.save_plane:
     ins += _PLANE_KINDS
     args += list(plane)
   outs = [("seq", F32)] * 3 + [("vec", F32)] + ([("mat", F32)] if lam else [])
+  if lam and cfg.rows:
+    outs.append(("mat", F32))                  # the streamed R_t (scratch)
   out = _pallas(cfg, functools.partial(_backward_kernel, cfg), ins, outs, args,
                 n_steps=n_steps, batch=bp, np_=np_)
   dtau, dgate, de = (d[:, :batch, :n] for d in out[:3])
@@ -421,7 +570,8 @@ _core.defvjp(_fwd, _bwd)
 def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
                 num_warps: Optional[int] = None, block: int = 1,
-                save_plane: bool = False):
+                save_plane: bool = False, rows="auto", transposed: bool = False,
+                prefetch="auto"):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -439,7 +589,20 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``q``: 2 Nh numbers, and six more per step and example) and the backward kernel reads it
   instead of computing it again: the same values, four fewer dependent reductions (norms,
   ``cos``, Gram-Schmidt, ``sin``) in every backward step; not yet measured on a GPU
-  (``rum{0,1}_kernel_sp``).
+  (``rum{0,1}_kernel_sp``). ``rows`` (a power of 2, or None): the matrices ``R``, ``Q``
+  (``lam=1``) and ``W_hh`` streamed through memory in blocks of ``rows`` rows instead of
+  held whole in registers (per example and step, ``R`` and ``Q`` are read and written once
+  there, mostly in L2): for a padded Nh whose <Np, Np> tiles do not fit a program's
+  registers (Np = 256: one R is 256 KB, a register file); the same values up to the order
+  of the sums (``rum{0,1}_kernel_r<k>``). ``"auto"``: :data:`STREAM_ROWS` above a padded
+  Nh of :data:`STREAM_ABOVE`, else None (in registers). ``transposed``: the forward kernel reads
+  ``W_hh^T`` and the backward kernel (``R`` in registers) holds ``R^T``, so that ``h W`` and
+  ``R_{t-1}^T [w, Q u, Q q]`` are sums along rows (within a warp in Triton's layouts)
+  instead of down columns (across warps, through shared memory); the same values up to the
+  order of the sums (``rum{0,1}_kernel_t``). ``prefetch``: each step's loads (inputs,
+  saved states) are issued at the start of the step before, so that their latency hides
+  behind its work; the same values (``rum{0,1}_kernel_pf``). ``"auto"``: on for
+  ``lam=0``, off for ``lam=1`` (as measured).
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -450,7 +613,14 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   if block != 1 and (lam != 0 or block < 16 or block & (block - 1)):
     raise ValueError(f"block={block!r}: a block of examples per program needs lam=0 (lam=1 "
                      "keeps each example's R on chip) and a power of 2 >= 16.")
+  if rows == "auto":
+    rows = STREAM_ROWS if padded_size(nh) > STREAM_ABOVE and block == 1 else None
+  if prefetch == "auto":
+    prefetch = lam == 0
+  if rows is not None and (rows < 1 or rows & (rows - 1) or block != 1):
+    raise ValueError(f"rows={rows!r} must be a power of 2, with block=1 (a block of "
+                     "examples holds h W as one product).")
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
-             resolve_precision(precision))
+             resolve_precision(precision), rows, bool(transposed), bool(prefetch))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   return _core(cfg, p, xs, carry0)
