@@ -392,5 +392,7 @@ def test_the_log_names_the_implementation_once(monkeypatch, caplog):
   lines = [r.getMessage() for r in caplog.records if "rum_scan: impl=" in r.getMessage()]
   assert len(lines) == 2
   backend = jax.default_backend()
-  assert lines[0].startswith(f"rum_scan: impl=fast on {backend}, lam=1")
+  auto = rum.select_impl("auto", lam=1, return_cos=False, nh=5, dtype=jnp.float32)
+  assert auto == ("kernel" if backend == "gpu" and jax.device_count() == 1 else "fast")
+  assert lines[0].startswith(f"rum_scan: impl={auto} on {backend}, lam=1")
   assert lines[1].startswith(f"rum_scan: impl=reference on {backend}, lam=1")
