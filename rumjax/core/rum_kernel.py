@@ -7,7 +7,7 @@ path, the reference of this file) for ``lam`` 0 and 1, and is chosen by
 and on a GPU each step waits in XLA's while loop (about 100 us at the copying shape); here
 one kernel launch runs all T steps of the forward pass and one all T steps of the backward
 pass, with one program per example holding that example's ``h``, ``R_t`` (and in the
-backward pass ``Q_t = dL/dR_t`` and ``dL/dh_t``) on chip across the steps.
+backward pass ``Q_t = dL/dR_t`` and ``dL/dh_t``) across the steps.
 
 What runs where (one ``jax.custom_vjp``):
 
@@ -41,12 +41,17 @@ elementwise products and sums (exact float32 on every backend, i.e. the gates at
 bfloat16 policy) the inputs are read as float32, each ``h_t`` is rounded to bfloat16 as the
 XLA path's state is, and ``hs`` is returned in bfloat16.
 
-Options of :func:`kernel_scan` for tuning on a GPU, off by default until measured
-(``.ci/accelerator``'s tuning steps): ``num_warps``; ``block`` (``lam=0``: a block of
-examples per program, ``h W_hh`` as one tensor-core product at ``precision``);
-``save_plane`` (the backward kernel reads each step's plane from the forward kernel
-instead of computing it again). Each computes the same values; their equality and CUDA
-lowering tests are in the slow set.
+Memory. Up to a padded Nh of :data:`STREAM_ABOVE` (128) one example's ``R`` (and ``Q``)
+is held in registers across the steps; above it ``R``, ``Q`` and ``W_hh`` live in memory
+and each step reads and writes them by blocks of :data:`STREAM_ROWS` rows (at Np 256 one
+``R`` is 256 KB, a whole register file). ``lam=0`` issues each step's loads a step early
+(``prefetch``). Both defaults were measured on an H100 (RESULTS.md).
+
+Options of :func:`kernel_scan` for tuning, opt-in (slower where measured): ``num_warps``;
+``block`` (``lam=0``: a block of examples per program, ``h W_hh`` as one tensor-core
+product at ``precision``); ``save_plane`` (the backward kernel reads each step's plane
+from the forward kernel instead of computing it again); ``transposed`` (sums along rows).
+Each computes the same values; their equality and CUDA lowering tests are in the slow set.
 
 Platforms. The kernels are Pallas kernels lowered per platform
 (``jax.lax.platform_dependent``): on CUDA through Triton (``pallas.triton.CompilerParams``;
@@ -583,23 +588,24 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``block`` (``lam=0`` only; 1 or a power of 2 >= 16): examples per program. Then ``h`` is a
   <block, Np> tile and ``h W_hh`` (and ``dtau W^T`` backwards) one matrix product on the
   tensor cores at ``precision`` (the XLA path's gate precision; Triton's dot needs 16
-  rows), the weights read once per step and block instead of once per example. Not yet
-  measured on a GPU (``rum0_kernel_bb16`` in ``launch.benchmark``), so ``impl="kernel"``
-  runs ``block=1``. ``save_plane``: the forward kernel writes each step's plane (``u``,
+  rows), the weights read once per step and block instead of once per example. On an H100
+  slower than ``block=1`` (fewer programs than SMs; at Np 256 W exceeds shared memory), so
+  ``impl="kernel"`` runs ``block=1``. ``save_plane``: the forward kernel writes each step's plane (``u``,
   ``q``: 2 Nh numbers, and six more per step and example) and the backward kernel reads it
   instead of computing it again: the same values, four fewer dependent reductions (norms,
-  ``cos``, Gram-Schmidt, ``sin``) in every backward step; not yet measured on a GPU
-  (``rum{0,1}_kernel_sp``). ``rows`` (a power of 2, or None): the matrices ``R``, ``Q``
+  ``cos``, Gram-Schmidt, ``sin``) in every backward step; on an H100 within 5% of the
+  default either way (``rum{0,1}_kernel_sp``). ``rows`` (a power of 2, or None): the matrices ``R``, ``Q``
   (``lam=1``) and ``W_hh`` streamed through memory in blocks of ``rows`` rows instead of
   held whole in registers (per example and step, ``R`` and ``Q`` are read and written once
   there, mostly in L2): for a padded Nh whose <Np, Np> tiles do not fit a program's
-  registers (Np = 256: one R is 256 KB, a register file); the same values up to the order
-  of the sums (``rum{0,1}_kernel_r<k>``). ``"auto"``: :data:`STREAM_ROWS` above a padded
+  registers (Np = 256: one R is 256 KB, a register file; an H100 ran lam=0 20x and lam=1
+  4.4x faster so than in registers); the same values up to the order of the sums (``rum{0,1}_kernel_r<k>``). ``"auto"``: :data:`STREAM_ROWS` above a padded
   Nh of :data:`STREAM_ABOVE`, else None (in registers). ``transposed``: the forward kernel reads
   ``W_hh^T`` and the backward kernel (``R`` in registers) holds ``R^T``, so that ``h W`` and
   ``R_{t-1}^T [w, Q u, Q q]`` are sums along rows (within a warp in Triton's layouts)
   instead of down columns (across warps, through shared memory); the same values up to the
-  order of the sums (``rum{0,1}_kernel_t``). ``prefetch``: each step's loads (inputs,
+  order of the sums (``rum{0,1}_kernel_t``; on an H100 slower, lam=1 by 1.7x).
+  ``prefetch``: each step's loads (inputs,
   saved states) are issued at the start of the step before, so that their latency hides
   behind its work; the same values (``rum{0,1}_kernel_pf``). ``"auto"``: on for
   ``lam=0``, off for ``lam=1`` (as measured).
