@@ -34,13 +34,26 @@ def use_cpu_devices(n) -> None:
                        f"(set it first thing in the program): {err}") from err
 
 
+DATA = "data"   # the mesh axis of the batch
+
+
 def make_mesh() -> Mesh:
   """A 1-D mesh named ``data`` over all devices (all processes)."""
-  return Mesh(np.asarray(jax.devices()), ("data",))
+  return Mesh(np.asarray(jax.devices()), (DATA,))
+
+
+def context_batch_shards() -> int:
+  """How many shards the ``data`` axis of the mesh in context (``jax.set_mesh``, which the
+  training loop sets) splits a batch into; 1 without such a mesh. Read while tracing, by
+  code that must split the batch itself (a kernel that XLA cannot partition)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or DATA not in mesh.axis_names:
+    return 1
+  return int(mesh.shape[DATA])
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P("data"))
+  return NamedSharding(mesh, P(DATA))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

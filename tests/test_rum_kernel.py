@@ -10,6 +10,10 @@ computations that round h_t to bfloat16 at different places: 5e-2 of the largest
 """
 
 import functools
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ import pytest
 from jax import export
 
 import tasks
+from rumjax import sharding
 from rumjax.core import rum, rum_fast, rum_kernel
 from rumjax.core.rum import init_rum_params, rum_scan
 
@@ -156,7 +161,7 @@ def test_kernel_reading_the_saved_planes_matches_fast_path(lam, nh, eta):
 @pytest.mark.parametrize("lam,nh,rows,eta,activation,gate", [
     (1, 5, 4, None, "relu", True),
     (0, 5, 4, 1.0, "sigmoid", True),
-    (1, 100, 16, 1.0, "tanh", False),
+    pytest.param(1, 100, 16, 1.0, "tanh", False, marks=pytest.mark.slow),
     pytest.param(1, 5, 16, 2.0, "relu", True, marks=pytest.mark.slow),
 ])
 def test_kernel_streaming_rows_matches_fast_path(lam, nh, rows, eta, activation, gate):
@@ -165,6 +170,7 @@ def test_kernel_streaming_rows_matches_fast_path(lam, nh, rows, eta, activation,
 
 
 # transposed: W^T in the forward kernel, R^T in the backward (alone and with rows).
+@pytest.mark.slow    # opt-in options (slower where measured): -m slow
 @pytest.mark.parametrize("lam,nh,eta,impl", [
     (1, 5, 1.0, "kernel+transposed"),
     (0, 100, None, "kernel+transposed"),
@@ -176,10 +182,12 @@ def test_kernel_transposed_matches_fast_path(lam, nh, eta, impl):
 
 
 # prefetch: each step's loads issued a step early (T = 1 and 3; with rows, transposed,
-# saved planes).
+# saved planes). lam=0 prefetches by default (every lam=0 test above); here lam=1 with it
+# and lam=0 without.
+@pytest.mark.slow
 @pytest.mark.parametrize("lam,nh,steps,impl", [
     (1, 5, 3, "kernel+prefetch"),
-    (0, 5, 1, "kernel+prefetch0"),        # lam=0 prefetches by default: here without
+    (0, 5, 1, "kernel+prefetch0"),
     (1, 100, 3, "kernel+prefetch+transposed"),
     pytest.param(1, 5, 3, "kernel+prefetch+rows4", marks=pytest.mark.slow),
     pytest.param(1, 5, 3, "kernel+prefetch+save_plane", marks=pytest.mark.slow),
@@ -248,6 +256,74 @@ def test_auto_keeps_the_xla_scan_when_the_batch_may_be_sharded_over_gpus():
   """XLA cannot partition the kernel's custom call: more than one device -> the XLA scan."""
   assert rum.select_impl("auto", lam=1, return_cos=False, nh=100, dtype=jnp.float32,
                          backend="gpu", devices=2) == "fast"
+
+
+def test_auto_picks_the_kernel_when_the_mesh_in_context_splits_the_batch():
+  """The training loop's mesh (jax.set_mesh, axis "data" over every device): the kernel
+  runs per shard, so several GPUs keep it when the batch splits evenly."""
+  sel = functools.partial(rum.select_impl, "auto", lam=1, return_cos=False, nh=100,
+                          dtype=jnp.float32, backend="gpu", devices=2)
+  assert sel(shards=2, batch=4) == "kernel" and sel(shards=2, batch=None) == "kernel"
+  assert sel(shards=2, batch=5) == "fast"              # does not split evenly
+  assert sel(shards=1, batch=4) == "fast"              # no mesh: XLA would gather the batch
+  assert rum.select_impl("auto", lam=1, return_cos=False, nh=100, dtype=jnp.float32,
+                         backend="gpu", devices=4, shards=2, batch=4) == "fast"
+
+
+def sharded_kernel_report():
+  """Run with 2 CPU devices (test below): the kernel under the loop's mesh against the
+  XLA scan on one device (largest relative difference over values and gradients, both
+  lam), and the CUDA lowering of a sharded training step (its Triton calls and the
+  per-shard batch in the kernels' operands)."""
+  mesh = sharding.make_mesh()
+  out = {"devices": jax.device_count()}
+  for lam in (0, 1):
+    params, xs, carry = _problem(lam, 5, batch=4, steps=3)
+    kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+    ref = _value_and_grads("fast", lam, kw, params, xs, carry)[1:]
+    with jax.set_mesh(mesh):
+      xs = jax.device_put(xs, jax.sharding.NamedSharding(
+          mesh, jax.sharding.PartitionSpec(None, sharding.DATA)))
+      got = _value_and_grads("kernel", lam, kw, params, xs, carry)[1:]
+    out[f"lam{lam}"] = max(_max_rel(a, b) for a, b in zip(jax.tree.leaves(ref),
+                                                            jax.tree.leaves(got)))
+  with jax.set_mesh(mesh):
+    xs = jax.device_put(jnp.zeros((8, 6, 3)), sharding.batch_sharding(mesh))
+    params = init_rum_params(jax.random.key(0), 3, 20)
+    loss = lambda p, x: jnp.sum(rum_scan(p, x, lam=1, impl="kernel")[1] ** 2)
+    module = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"], disabled_checks=[
+        export.DisabledSafetyCheck.custom_call(TRITON)])(params, xs).mlir_module()
+  out["triton_calls"] = module.count(TRITON + "(")
+  out["per_shard_operand"] = "tensor<6x4x32xf32>" in module      # <T, B / 2, Np>
+  out["gathers"] = "all_gather" in module or "all-gather" in module
+  return out
+
+
+def test_kernel_splits_the_batch_over_the_mesh_in_context():
+  """Two CPU devices, the loop's mesh in context: values and every gradient equal the XLA
+  scan's on one device (float32, 1e-5), and lowered for CUDA the two kernels run on each
+  device's half of the batch, with no gather."""
+  code = ("import json; from tests import test_rum_kernel as t; "
+          "print(json.dumps(t.sharded_kernel_report()))")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, text=True,
+                        capture_output=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert report["devices"] == 2
+  assert report["lam0"] <= F32_TOL and report["lam1"] <= F32_TOL, report
+  assert report["triton_calls"] == 2 and report["per_shard_operand"], report
+  assert not report["gathers"], report
+
+
+def test_kernel_refuses_a_batch_the_mesh_cannot_split(monkeypatch):
+  monkeypatch.setattr(sharding, "context_batch_shards", lambda: 2)
+  params, xs, carry = _problem(0, 5, batch=3)
+  with pytest.raises(ValueError, match="a batch of 3 does not split evenly"):
+    rum_kernel.kernel_scan(params, xs, carry, lam=0, eta=None, activation=jax.nn.relu,
+                           update_gate=True)
 
 
 def test_auto_selects_the_kernel_on_gpus_only(monkeypatch):

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from rumjax import sharding
 from rumjax.core import initializers, rum_fast, rum_kernel
 from rumjax.core.power import rotation_power
 from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
@@ -324,25 +325,31 @@ def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
 
 
 def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
-                backend: Optional[str] = None, devices: Optional[int] = None) -> str:
+                backend: Optional[str] = None, devices: Optional[int] = None,
+                batch: Optional[int] = None, shards: Optional[int] = None) -> str:
   """The implementation ``rum_scan(impl=...)`` runs: ``"auto"`` resolved, the others as is.
 
   ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
   0 and 1, float32 or bfloat16 and a padded hidden size up to
   :data:`KERNEL_AUTO_MAX_HIDDEN` (lam=0: 256, lam=1: 128, where an H100 measured it faster
-  than the XLA scan), without
-  ``return_cos``; the XLA fast path (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs,
-  TPUs, a real ``lam``, ``return_cos``, larger hidden sizes, and processes that see more
-  than one device: XLA's partitioner cannot split the kernel's custom call over a batch
-  sharded across GPUs (it would gather the batch and repeat the whole kernel on every GPU),
-  so data-parallel runs keep the XLA scan until the kernel is wrapped in a ``shard_map``.
-  ``backend`` defaults to ``jax.default_backend()``, ``devices`` to ``jax.device_count()``.
+  than the XLA scan), without ``return_cos``, on one device or with the batch split over
+  every device by the mesh in context (the training loop's ``data`` axis; the kernel then
+  runs per shard in a ``shard_map``, :func:`rumjax.core.rum_kernel.kernel_scan`); the XLA
+  fast path (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs, TPUs, a real ``lam``,
+  ``return_cos``, larger hidden sizes, several devices without such a mesh or with a batch
+  that does not split evenly (XLA's partitioner cannot split the kernel's custom call: it
+  would gather the batch and repeat the whole kernel on every GPU).
+  ``backend`` defaults to ``jax.default_backend()``, ``devices`` to ``jax.device_count()``,
+  ``shards`` to :func:`rumjax.sharding.context_batch_shards`; ``batch`` (the flattened batch
+  size; None: not checked).
   """
   if impl != "auto":
     return impl
   backend = jax.default_backend() if backend is None else backend
   devices = jax.device_count() if devices is None else devices
-  if (backend == "gpu" and devices == 1
+  shards = sharding.context_batch_shards() if shards is None else shards
+  split = devices == 1 or (shards == devices and (batch is None or batch % shards == 0))
+  if (backend == "gpu" and split
       and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype) is None
       and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN[int(lam)]):
     return "kernel"
@@ -553,7 +560,8 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     raise ValueError(
         f"h0 has shape {h_shape} but xs of shape {jnp.shape(xs)} with Nh={nh} needs "
         f"{tuple(batch_shape) + (nh,)}.")
-  impl = select_impl(impl, lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype)
+  impl = select_impl(impl, lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype,
+                     batch=math.prod(batch_shape))
   if impl == "kernel":
     reason = kernel_unsupported(lam=lam, return_cos=bool(return_cos), dtype=dtype)
     if reason is not None:

@@ -69,6 +69,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from rumjax import sharding
 from rumjax.core import rum_fast
 from rumjax.core.precision import at_least_float32, resolve_precision
 from rumjax.core.rotation import RotationPlane, apply_plane
@@ -629,4 +630,27 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
              resolve_precision(precision), rows, bool(transposed), bool(prefetch))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
+  shards = sharding.context_batch_shards()
+  if shards > 1:
+    return _per_shard(cfg, p, xs, carry0, shards)
   return _core(cfg, p, xs, carry0)
+
+
+def _per_shard(cfg: _Cfg, p, xs, carry0, shards: int):
+  """The kernels on each shard of the batch, split over the ``data`` axis of the mesh in
+  context (``jax.shard_map``): XLA cannot partition a custom call, and would otherwise
+  gather the batch and run the whole kernel on every device. The parameters are
+  replicated; their gradients are summed over the shards by the ``shard_map``'s transpose."""
+  batch = xs.shape[1]
+  if batch % shards:
+    raise ValueError(f"the RUM kernel splits the batch over the mesh's {shards} "
+                     f"'{sharding.DATA}' shards, and a batch of {batch} does not split "
+                     f"evenly: use a multiple of {shards} (or impl='fast').")
+  rows = jax.sharding.PartitionSpec(sharding.DATA)
+  carry = (rows, rows) if cfg.head.lam else rows
+  return jax.shard_map(functools.partial(_core, cfg),
+                       in_specs=(jax.sharding.PartitionSpec(),
+                                 jax.sharding.PartitionSpec(None, sharding.DATA), carry),
+                       out_specs=(carry, jax.sharding.PartitionSpec(None, sharding.DATA)),
+                       check_vma=False)(
+                           p, xs, carry0)

@@ -411,7 +411,9 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
       workdir_lib.check_steps(config, workdir)
       if stop.requested:
         return _stopped_before_start(workdir)
-      return _train(config, workdir, task, hooks, stop)
+      mesh = sharding_lib.make_mesh()
+      stack.enter_context(jax.set_mesh(mesh))   # kernels that split the batch read it
+      return _train(config, workdir, task, hooks, stop, mesh)
   except BaseException:
     if fresh and jax.process_index() == 0:   # a refused start leaves it as it was
       workdir_lib.remove_unused(workdir, remove_folder=not existed)
@@ -448,9 +450,9 @@ def _stopped_before_start(workdir: str) -> dict:
           "stop_reason": "preempted", "params": None}
 
 
-def _train(config, workdir: str, task, hooks, stop: StopRequest) -> dict:
-  """:func:`train_and_evaluate` once the workdir is locked and checked."""
-  mesh = sharding_lib.make_mesh()
+def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
+  """:func:`train_and_evaluate` once the workdir is locked and checked, with ``mesh`` (the
+  ``data`` axis over every device) in context (``jax.set_mesh``)."""
   sharding_lib.check_batch_size(config.batch_size, mesh)
   model = task.build_model(config)
   tx = make_optimizer(config, task)
