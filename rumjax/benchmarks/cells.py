@@ -23,6 +23,7 @@ the matmul FLOPs counted from the shapes against the machine's peak, optionally 
 RSS of a subprocess, and ratios to GRU / LSTM in the same mode.
 """
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -231,7 +232,9 @@ def _compile_row(c, shape, runs, dtype=jnp.float32):
   if c in torch_anchor.KINDS:
     return _torch_row(c, shape, runs, dtype)
   f, params, xs = make_step(c, shape, dtype)
-  runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
+  # ":dp": lowered with the loop's mesh in context, as the loop does (the kernel reads it).
+  with jax.set_mesh(sharding.make_mesh()) if c.endswith(":dp") else contextlib.nullcontext():
+    runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
   mem = runs[c][0].memory_analysis()
   return {
       "compile_s": compile_s,
