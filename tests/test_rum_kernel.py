@@ -197,18 +197,29 @@ def test_kernel_prefetching_matches_fast_path(lam, nh, steps, impl):
   _compare(lam, kw, _problem(lam, nh, steps=steps), F32_TOL, impl=impl)
 
 
+# w_rows: the backward kernel reads W_hh by blocks of rows (R, Q in registers).
+@pytest.mark.parametrize("lam,nh,impl", [
+    (1, 5, "kernel+w_rows4"),
+    pytest.param(0, 100, "kernel+w_rows64", marks=pytest.mark.slow),
+])
+def test_kernel_streaming_the_weights_matches_fast_path(lam, nh, impl):
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl=impl)
+
+
 @pytest.mark.slow
 def test_kernel_streaming_rows_bfloat16_policy():
   kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
   _compare(1, kw, _problem(1, 5, dtype=jnp.bfloat16), BF16_TOL, impl="kernel+rows4")
 
 
-@pytest.mark.parametrize("rows,block", [(3, 1), (0, 1), (16, 16)])
-def test_kernel_refuses_rows_it_cannot_stream(rows, block):
+@pytest.mark.parametrize("name,rows,block", [("rows", 3, 1), ("rows", 0, 1),
+                                             ("rows", 16, 16), ("w_rows", 6, 1)])
+def test_kernel_refuses_rows_it_cannot_stream(name, rows, block):
   params, xs, carry = _problem(0, 5)
-  with pytest.raises(ValueError, match=f"rows={rows}"):
+  with pytest.raises(ValueError, match=f"{name}={rows}"):
     rum_kernel.kernel_scan(params, xs, carry, lam=0, eta=None, activation=jax.nn.relu,
-                           update_gate=True, rows=rows, block=block)
+                           update_gate=True, block=block, **{name: rows})
 
 
 @pytest.mark.parametrize("lam,block", [(1, 16), (0, 8), (0, 24)])

@@ -99,6 +99,7 @@ class _Cfg(NamedTuple):
   rows: Optional[int] = None    # R, Q and W streamed through memory in blocks of this many rows
   transposed: bool = False      # forward: W^T (h W as row sums); backward: R^T in registers
   prefetch: bool = False        # step t's loads issued at the start of step t - 1
+  w_rows: Optional[int] = None  # the backward's W_hh streamed by blocks of rows (None: whole)
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -127,9 +128,9 @@ def _outer(a, b):
 # with masks (:func:`_put`), each O(Np) per block.
 
 
-def _blocks_of(cfg: _Cfg, np_: int):
-  """``(row slice, block index)`` of each block of ``cfg.rows`` rows."""
-  rows = min(cfg.rows, np_)
+def _blocks_of(rows: int, np_: int):
+  """``(row slice, block index)`` of each block of ``rows`` rows."""
+  rows = min(rows, np_)
   return [(pl.ds(c * rows, rows), c) for c in range(np_ // rows)]
 
 
@@ -160,22 +161,23 @@ def _h_w(cfg: _Cfg, h, w_ref):
     return _vm(h, w_ref[...].astype(F32))
   rows = min(cfg.rows, h.shape[0])
   return sum(_vm(_take(h, c, rows), w_ref[s, :].astype(F32))
-             for s, c in _blocks_of(cfg, h.shape[0]))
+             for s, c in _blocks_of(rows, h.shape[0]))
 
 
-def _w_d(cfg: _Cfg, w_ref, d):
-  """``W d`` for one example (<Np>), ``d W^T`` for a block (<Bb, Np>); as :func:`_h_w`."""
+def _w_d(cfg: _Cfg, w_ref, d, rows):
+  """``W d`` for one example (<Np>; with ``rows``, block by block of W's rows), ``d W^T``
+  for a block of examples (<Bb, Np>); as :func:`_h_w`."""
   if d.ndim > 1:
     return jax.lax.dot_general(d, w_ref[...].astype(F32), (((1,), (1,)), ((), ())),
                                precision=cfg.precision, preferred_element_type=F32)
-  if not cfg.rows:
+  if not rows:
     return _mv(w_ref[...].astype(F32), d)
-  return _put([_mv(w_ref[s, :].astype(F32), d) for s, _ in _blocks_of(cfg, d.shape[0])])
+  return _put([_mv(w_ref[s, :].astype(F32), d) for s, _ in _blocks_of(rows, d.shape[0])])
 
 
 def _copy(cfg: _Cfg, src_ref, dst_ref):
   """``dst = src`` (<Np, Np>) block by block of rows."""
-  for s, _ in _blocks_of(cfg, src_ref.shape[-1]):
+  for s, _ in _blocks_of(cfg.rows, src_ref.shape[-1]):
     dst_ref[s, :] = src_ref[s, :].astype(F32)
 
 
@@ -183,7 +185,7 @@ def _stream_forward(cfg: _Cfg, r_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, ro
   """The forward step's ``R`` part with ``R`` in ``r_ref`` (``R_{t-1}`` in, ``R_t`` out),
   block by block of rows; returns ``R_{t-1} Rot_t h_{t-1}``."""
   parts = []
-  for s, _ in _blocks_of(cfg, r_ref.shape[-1]):
+  for s, _ in _blocks_of(cfg.rows, r_ref.shape[-1]):
     m = r_ref[s, :]
     ru, rq, rh = _mv(m, p.u), _mv(m, p.q), _mv(m, x)         # R_{t-1} [u, q, Rot h]
     r_ref[s, :] = m + _outer(ru, row_u) + _outer(rq, row_q)  # R_t = R_{t-1} Rot_t
@@ -203,7 +205,7 @@ def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
   zero = jnp.zeros((np_,), F32)
   dx, v1, v2, gu, gq = zero, zero, zero, zero, zero
   dms = (0.0,) * 4
-  for s, c in _blocks_of(cfg, np_):
+  for s, c in _blocks_of(cfg.rows, np_):
     ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
     m = r_ref[s, :] - _outer(ru, row_u) - _outer(rq, row_q)  # R_{t-1} = R_t Rot_t^T
     r_ref[s, :] = m
@@ -271,7 +273,7 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     r, h = carry if in_registers else (None, carry)
     xt, xu, e = loaded
     if cfg.transposed:                                      # W^T h, sums along rows
-      tau, upre = xt + _w_d(cfg, wt_ref, h), xu + _w_d(cfg, wu_ref, h)
+      tau, upre = xt + _w_d(cfg, wt_ref, h, cfg.rows), xu + _w_d(cfg, wu_ref, h, cfg.rows)
     else:
       tau, upre = xt + _h_w(cfg, h, wt_ref), xu + _h_w(cfg, h, wu_ref)
     x, p = rum_fast._rotate(tau, e, h, in_kernel=True)
@@ -371,9 +373,9 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
     dtau, de, dh = rum_fast._rotate_bwd(tau, e, h, p, dx,
                                         RotationPlane(du, dq, *dms, zero, zero),
                                         in_kernel=True)
-    dh = dh + _w_d(cfg, wt_ref, dtau)                        # tau = ... + h W^tau_hh
+    dh = dh + _w_d(cfg, wt_ref, dtau, cfg.w_rows)            # tau = ... + h W^tau_hh
     if cfg.head.update_gate:
-      dh = dh + dh_gate + _w_d(cfg, wu_ref, dgate)
+      dh = dh + dh_gate + _w_d(cfg, wu_ref, dgate, cfg.w_rows)
     else:
       dgate = jnp.zeros_like(dtau)
     dtau_ref[t], dgate_ref[t], de_ref[t] = dtau, dgate, de + w
@@ -577,7 +579,7 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
                 num_warps: Optional[int] = None, block: int = 1,
                 save_plane: bool = False, rows="auto", transposed: bool = False,
-                prefetch="auto"):
+                prefetch="auto", w_rows="auto"):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -609,7 +611,13 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``prefetch``: each step's loads (inputs,
   saved states) are issued at the start of the step before, so that their latency hides
   behind its work; the same values (``rum{0,1}_kernel_pf``). ``"auto"``: on for
-  ``lam=0``, off for ``lam=1`` (as measured).
+  ``lam=0``, off for ``lam=1`` (as measured). ``w_rows`` (a power of 2, None or
+  ``"auto"``: as ``rows``): the backward kernel reads ``W_hh`` by blocks of ``w_rows``
+  rows, so that the weights hold no registers there, where the cotangents (and for
+  ``lam=1`` R and Q) compete for them (``rum{0,1}_kernel_wr<k>``; the forward kernel
+  streams W with ``rows`` only). Compiled for sm_90 here, ``w_rows=64`` takes lam=0's
+  backward kernel at copying from 888 bytes of spills per thread to none with two fewer
+  barriers (``launch.kernel_resources``); not yet timed on a GPU.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -624,11 +632,14 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
     rows = STREAM_ROWS if padded_size(nh) > STREAM_ABOVE and block == 1 else None
   if prefetch == "auto":
     prefetch = lam == 0
-  if rows is not None and (rows < 1 or rows & (rows - 1) or block != 1):
-    raise ValueError(f"rows={rows!r} must be a power of 2, with block=1 (a block of "
-                     "examples holds h W as one product).")
+  if w_rows == "auto":
+    w_rows = rows
+  for name, value in (("rows", rows), ("w_rows", w_rows)):
+    if value is not None and (value < 1 or value & (value - 1) or block != 1):
+      raise ValueError(f"{name}={value!r} must be a power of 2, with block=1 (a block of "
+                       "examples holds h W as one product).")
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
-             resolve_precision(precision), rows, bool(transposed), bool(prefetch))
+             resolve_precision(precision), rows, bool(transposed), bool(prefetch), w_rows)
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   shards = sharding.context_batch_shards()
   if shards > 1:

@@ -1,0 +1,128 @@
+"""What the fused RUM kernels ask of a GPU, read without one: registers, spills, barriers.
+
+A kernel's speed on a GPU hangs on a few numbers that the compiler decides: the registers
+per thread (255 is the most; beyond, values spill to local memory, read and written at
+every time step), and the barriers (``bar.sync``: every cross-warp reduction and layout
+change goes through shared memory). These can be read on a machine without a GPU:
+
+1. :func:`triton_modules` lowers a function for CUDA (``jax.export``, as the kernel's
+   lowering tests do) and records the Triton modules (TTIR) that Pallas emits for each
+   ``pallas_call`` (forward kernel, backward kernel);
+2. :func:`resources` compiles one with the ``triton`` package (``pip install
+   '.[kernel-tools]'``) for a target (default sm_90, the H100/H200) into PTX, and runs its
+   ``ptxas -v``: registers, spill stores and loads (bytes per thread), stack frame, and
+   counts the PTX's barriers and the layout conversions of its TTGIR.
+
+The ``triton`` package is not the Triton inside jaxlib (another version, other passes), so
+the numbers are a proxy for what a GPU compiles, good for comparing variants of a kernel
+with each other, not a measurement; timings need a GPU (``.ci/accelerator``).
+"""
+
+import os
+import re
+import subprocess
+import tempfile
+
+import jax
+from jax import export
+
+TRITON_CALL = "__gpu$xla.gpu.triton"
+
+
+def triton_modules(fn, *args) -> list[str]:
+  """The TTIR text of every Pallas Triton kernel in ``fn(*args)`` lowered for CUDA, in
+  lowering order (for a jitted gradient through ``kernel_scan``: forward, backward)."""
+  from jax._src.pallas.triton import pallas_call_registration as registration
+  modules = []
+  lower = registration.lowering.lower_jaxpr_to_triton_module
+
+  def record(*a, **k):
+    result = lower(*a, **k)
+    modules.append(result.module.operation.get_asm(enable_debug_info=False))
+    return result
+
+  registration.lowering.lower_jaxpr_to_triton_module = record
+  jax.clear_caches()          # a cached lowering would not pass through ``record``
+  try:
+    checks = [export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+    export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=checks)(*args)
+  finally:
+    registration.lowering.lower_jaxpr_to_triton_module = lower
+  return modules
+
+
+def parse_ptxas(text: str) -> dict:
+  """``ptxas -v`` output -> registers, spill_stores, spill_loads, stack (bytes)."""
+  numbers = {
+      "registers": r"Used (\d+) registers",
+      "spill_stores": r"(\d+) bytes spill stores",
+      "spill_loads": r"(\d+) bytes spill loads",
+      "stack": r"(\d+) bytes stack frame",
+  }
+  out = {}
+  for key, pattern in numbers.items():
+    found = re.search(pattern, text)
+    if found is None:
+      raise ValueError(f"ptxas printed no {key!r} ({pattern}): {text.strip()[:300]}")
+    out[key] = int(found.group(1))
+  return out
+
+
+def resources(ttir: str, num_warps: int, capability: int = 90) -> dict:
+  """Registers, spills (bytes per thread), stack, barriers in the PTX and layout
+  conversions in the TTGIR of one kernel (its TTIR text), compiled with the ``triton``
+  package for compute capability ``capability`` with ``num_warps`` warps, one stage
+  (as ``rum_kernel`` launches them)."""
+  try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+  except ImportError as err:
+    raise ImportError("reading a kernel's resources needs the triton package: "
+                      "pip install -e '.[kernel-tools]'") from err
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "kernel.ttir")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(ttir)
+    compiled = triton.compile(path, target=GPUTarget("cuda", capability, 32),
+                              options={"num_warps": num_warps, "num_stages": 1})
+    ptx = compiled.asm["ptx"]
+    with open(path + ".ptx", "w", encoding="utf-8") as f:
+      f.write(ptx)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                         "ptxas")
+    arch = re.search(r"\.target (\S+)", ptx).group(1)
+    run = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", path + ".ptx", "-o",
+                          os.devnull], capture_output=True, text=True, check=True)
+  out = parse_ptxas(run.stdout + run.stderr)
+  out["barriers"] = ptx.count("bar.sync")
+  out["layout_conversions"] = compiled.asm["ttgir"].count("convert_layout")
+  return out
+
+
+def candidate_resources(cand: str, shape, capability: int = 90) -> list[dict]:
+  """Per kernel (forward, backward) of a benchmark candidate (``rum1_kernel``,
+  ``rum0_kernel_r32_pf``, ...; :mod:`rumjax.benchmarks.cells`) at ``shape`` (B, T, Nx,
+  Nh): its :func:`resources` with the warps it launches with."""
+  from rumjax.benchmarks import cells
+  from rumjax.core import rum_kernel
+  base, _, variant = cand.partition("_")
+  if base not in ("rum0", "rum1") or not variant.startswith("kernel"):
+    raise ValueError(f"{cand!r} is not a RUM kernel candidate (rum0_kernel, "
+                     "rum1_kernel_r32, ...).")
+  fn, params, xs = cells.make_step(cand, shape)
+  options = cells.kernel_options(variant) or {}
+  warps = options.get("num_warps") or rum_kernel.num_warps(rum_kernel.padded_size(shape[3]))
+  modules = triton_modules(fn, params, xs)
+  return [{"kernel": name, "warps": warps, **resources(m, warps, capability)}
+          for name, m in zip(("forward", "backward"), modules)]
+
+
+def format_table(rows: list[dict]) -> str:
+  """One line per shape, candidate and kernel."""
+  keys = ("registers", "spill_stores", "spill_loads", "barriers", "layout_conversions")
+  lines = [f"{'shape':>16} {'candidate':>20} {'kernel':>8} {'warps':>5} "
+           + " ".join(f"{k:>18}" for k in keys)]
+  for r in rows:
+    lines.append(f"{r['shape']:>16} {r['candidate']:>20} {r['kernel']:>8} {r['warps']:>5} "
+                 + " ".join(f"{r[k]:>18}" for k in keys))
+  return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""rumjax/benchmarks/kernel_resources.py: the Triton modules of the RUM kernels lowered for
+CUDA on a CPU, and the reading of ptxas's report. (Compiling them needs the optional
+triton package; ``launch.kernel_resources`` does that.)"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from rumjax.benchmarks import cells, kernel_resources
+
+
+def test_a_training_step_has_a_forward_and_a_backward_triton_module():
+  fn, params, xs = cells.make_step("rum1_kernel_wr16", (4, 3, 2, 20))
+  modules = kernel_resources.triton_modules(fn, params, xs)
+  assert len(modules) == 2
+  for m in modules:
+    assert "tt.func" in m and "scf.for" in m and "loc(" not in m   # the time loop, no locs
+  # Again (cached lowerings are cleared): the same modules.
+  assert kernel_resources.triton_modules(fn, params, xs) == modules
+
+
+def test_ptxas_report_is_read():
+  text = ("ptxas info    : Function properties for rum_scan\n"
+          "    560 bytes stack frame, 556 bytes spill stores, 572 bytes spill loads\n"
+          "ptxas info    : Used 255 registers, used 1 barriers, 560 bytes cumulative stack")
+  assert kernel_resources.parse_ptxas(text) == dict(registers=255, spill_stores=556,
+                                                    spill_loads=572, stack=560)
+  with pytest.raises(ValueError, match="registers"):
+    kernel_resources.parse_ptxas("ptxas fatal: no input")
+
+
+def test_only_kernel_candidates_are_compiled():
+  with pytest.raises(ValueError, match="not a RUM kernel candidate"):
+    kernel_resources.candidate_resources("rum1", (4, 3, 2, 5))
