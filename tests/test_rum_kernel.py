@@ -200,7 +200,9 @@ def test_kernel_prefetching_matches_fast_path(lam, nh, steps, impl):
 # w_rows: the backward kernel reads W_hh by blocks of rows (R, Q in registers).
 @pytest.mark.parametrize("lam,nh,impl", [
     (1, 5, "kernel+w_rows4"),
+    (0, 5, "kernel+rows4+w_columns"),
     pytest.param(0, 100, "kernel+w_rows64", marks=pytest.mark.slow),
+    pytest.param(1, 100, "kernel+rows32+w_columns", marks=pytest.mark.slow),
 ])
 def test_kernel_streaming_the_weights_matches_fast_path(lam, nh, impl):
   kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
@@ -440,6 +442,14 @@ def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
 ])
 def test_kernel_streaming_rows_lowers_for_cuda(lam, nh, rows, dtype):
   module = _lower_training_step("cuda", lam, 128, 520, 64, nh, dtype, rows=rows)
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lam", [0, 1])
+def test_kernel_streaming_weight_columns_lowers_for_cuda(lam):
+  module = _lower_training_step("cuda", lam, 128, 520, 64, 256, jnp.float32, rows=32,
+                                w_columns=True, w_rows=64)
   assert module.count(TRITON + "(") == 2
 
 

@@ -9,7 +9,7 @@ kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the ker
 Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
 examples per program, ``h W`` as a tensor-core product), ``_kernel_sp`` (the backward
 kernel reads the forward's planes, ``save_plane=True``), ``_kernel_r<k>`` (R, Q and W
-streamed by blocks of k rows, ``rows=k``), ``_kernel_wr<k>`` (W alone, ``w_rows=k``),
+streamed by blocks of k rows, ``rows=k``), ``_kernel_wr<k>`` (W alone, ``w_rows=k``), ``_kernel_wc`` (``w_columns=True``),
 ``_kernel_t`` (``transposed=True``: sums along
 rows), ``_kernel_pf`` (``prefetch=True``), options joined by ``_`` (``rum1_kernel_t_pf``),
 or ``_unroll8`` (the XLA scan with ``lax.scan(unroll=8)``, a cheap lever against the
@@ -59,12 +59,12 @@ CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "
               + torch_anchor.KINDS)
 # The kernel's options by their candidate suffixes (kernel_scan's keyword arguments).
 KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "wr": "w_rows",
-                  "sp": "save_plane", "t": "transposed", "pf": "prefetch"}
+                  "sp": "save_plane", "t": "transposed", "pf": "prefetch", "wc": "w_columns"}
 
 
 def kernel_options(variant):
   """``{kernel_scan keyword: value}`` of a variant ``kernel_<opt>[_<opt>...]``, each
-  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr) or alone (sp, t, pf); None
+  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr) or alone (sp, t, pf, wc); None
   if ``variant`` is not one."""
   if not variant.startswith("kernel_"):
     return None

@@ -100,6 +100,7 @@ class _Cfg(NamedTuple):
   transposed: bool = False      # forward: W^T (h W as row sums); backward: R^T in registers
   prefetch: bool = False        # step t's loads issued at the start of step t - 1
   w_rows: Optional[int] = None  # the backward's W_hh streamed by blocks of rows (None: whole)
+  w_columns: bool = False       # the forward's streamed W_hh by blocks of columns, not rows
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -159,6 +160,9 @@ def _h_w(cfg: _Cfg, h, w_ref):
                    preferred_element_type=F32)
   if not cfg.rows:
     return _vm(h, w_ref[...].astype(F32))
+  if cfg.w_columns:          # blocks of W's columns: blocks of h W from the whole h
+    return _put([_vm(h, w_ref[:, s].astype(F32))
+                 for s, _ in _blocks_of(cfg.rows, h.shape[0])])
   rows = min(cfg.rows, h.shape[0])
   return sum(_vm(_take(h, c, rows), w_ref[s, :].astype(F32))
              for s, c in _blocks_of(rows, h.shape[0]))
@@ -204,7 +208,7 @@ def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
   col_u, col_q = rum_fast._m_cols(p)
   zero = jnp.zeros((np_,), F32)
   dx, v1, v2, gu, gq = zero, zero, zero, zero, zero
-  dms = (0.0,) * 4
+  dms = (jnp.zeros((rows,), F32),) * 4        # summed over the rows once, after the blocks
   for s, c in _blocks_of(cfg.rows, np_):
     ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
     m = r_ref[s, :] - _outer(ru, row_u) - _outer(rq, row_q)  # R_{t-1} = R_t Rot_t^T
@@ -214,12 +218,12 @@ def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
     gu, gq = gu + _vm(ru, qm), gq + _vm(rq, qm)              # G^T u, G^T q
     wc = _take(w, c, rows)
     dx, v1, v2 = dx + _vm(wc, m), v1 + _vm(qu, m), v2 + _vm(qq, m)
-    dms = tuple(d + jnp.sum(a * b) for d, (a, b) in
+    dms = tuple(d + a * b for d, (a, b) in
                 zip(dms, ((ru, qu), (ru, qq), (rq, qu), (rq, qq))))
     q_ref[s, :] = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(wc, x)   # Q_{t-1}
   du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
   dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
-  return dx, du, dq, dms
+  return dx, du, dq, tuple(jnp.sum(d) for d in dms)
 
 
 def _head_cfg(cfg: _Cfg, np_: int):
@@ -579,7 +583,7 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
                 num_warps: Optional[int] = None, block: int = 1,
                 save_plane: bool = False, rows="auto", transposed: bool = False,
-                prefetch="auto", w_rows="auto"):
+                prefetch="auto", w_rows="auto", w_columns: bool = False):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -617,7 +621,11 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``lam=1`` R and Q) compete for them (``rum{0,1}_kernel_wr<k>``; the forward kernel
   streams W with ``rows`` only). Compiled for sm_90 here, ``w_rows=64`` takes lam=0's
   backward kernel at copying from 888 bytes of spills per thread to none with two fewer
-  barriers (``launch.kernel_resources``); not yet timed on a GPU.
+  barriers (``launch.kernel_resources``); not yet timed on a GPU. ``w_columns`` (with
+  ``rows``): the forward kernel reads ``W_hh`` by blocks of columns, each giving a block
+  of ``h W`` from the whole ``h``, instead of by blocks of rows, which must first cut ``h``
+  into blocks (a masked sum each): for sm_90, lam=0 at Nh 256 130 -> 92 barriers and
+  255 -> 177 registers a step (``rum{0,1}_kernel_wc``); not yet timed on a GPU.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -639,7 +647,8 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
       raise ValueError(f"{name}={value!r} must be a power of 2, with block=1 (a block of "
                        "examples holds h W as one product).")
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
-             resolve_precision(precision), rows, bool(transposed), bool(prefetch), w_rows)
+             resolve_precision(precision), rows, bool(transposed), bool(prefetch), w_rows,
+             bool(w_columns))
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   shards = sharding.context_batch_shards()
   if shards > 1:
