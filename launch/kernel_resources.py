@@ -10,8 +10,11 @@ variants of a kernel, not a timing)::
     python -m launch.kernel_resources --shapes=256x520x64x256 --candidates=rum1_kernel
 """
 
-from absl import app, flags
+import sys
 
+from absl import flags
+
+import launch
 from rumjax.benchmarks import cells, kernel_resources
 
 flags.DEFINE_list("shapes", ["copying"], "Shapes: names of launch.benchmark "
@@ -25,13 +28,16 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   rows = []
-  for name in FLAGS.shapes:
-    shape = cells.parse_shape(name)
-    for cand in FLAGS.candidates:
-      for r in kernel_resources.candidate_resources(cand, shape, FLAGS.capability):
-        rows.append({"shape": name, "candidate": cand, **r})
+  try:
+    for name in FLAGS.shapes:
+      shape = cells.parse_shape(name)
+      for cand in FLAGS.candidates:
+        for r in kernel_resources.candidate_resources(cand, shape, FLAGS.capability):
+          rows.append({"shape": name, "candidate": cand, **r})
+  except (ValueError, ImportError) as err:
+    sys.exit(f"error: {err}")
   print(kernel_resources.format_table(rows))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  launch.run_app(main)

@@ -2,8 +2,11 @@
 CUDA on a CPU, and the reading of ptxas's report. (Compiling them needs the optional
 triton package; ``launch.kernel_resources`` does that.)"""
 
+import os
+import subprocess
+import sys
+
 import jax
-import jax.numpy as jnp
 import pytest
 
 from rumjax.benchmarks import cells, kernel_resources
@@ -32,3 +35,18 @@ def test_ptxas_report_is_read():
 def test_only_kernel_candidates_are_compiled():
   with pytest.raises(ValueError, match="not a RUM kernel candidate"):
     kernel_resources.candidate_resources("rum1", (4, 3, 2, 5))
+
+
+@pytest.mark.slow    # compiles two kernels with the triton package (extra kernel-tools)
+def test_launch_prints_the_resources_of_both_kernels():
+  pytest.importorskip("triton", reason="pip install -e '.[kernel-tools]' (CI installs it)")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "launch.kernel_resources",
+                         "--shapes=4x3x2x20", "--candidates=rum0_kernel"], cwd=repo,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = [l.split() for l in proc.stdout.splitlines() if "rum0_kernel" in l]
+  assert [l[2] for l in lines] == ["forward", "backward"]
+  for l in lines:
+    registers, spill_stores, spill_loads, barriers = map(int, l[4:8])
+    assert 0 < registers <= 255 and spill_stores >= 0 and barriers > 0
