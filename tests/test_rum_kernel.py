@@ -160,7 +160,7 @@ def test_kernel_reading_the_saved_planes_matches_fast_path(lam, nh, eta):
 # Nh 100 -> 128 in 8 of 16; one block of the whole matrix; both lam, eta, sigmoid, no gate).
 @pytest.mark.parametrize("lam,nh,rows,eta,activation,gate", [
     (1, 5, 4, None, "relu", True),
-    (0, 5, 4, 1.0, "sigmoid", True),
+    pytest.param(0, 5, 4, 1.0, "sigmoid", True, marks=pytest.mark.slow),
     pytest.param(1, 100, 16, 1.0, "tanh", False, marks=pytest.mark.slow),
     pytest.param(1, 5, 16, 2.0, "relu", True, marks=pytest.mark.slow),
 ])
@@ -199,8 +199,8 @@ def test_kernel_prefetching_matches_fast_path(lam, nh, steps, impl):
 
 # w_rows: the backward kernel reads W_hh by blocks of rows (R, Q in registers).
 @pytest.mark.parametrize("lam,nh,impl", [
-    (1, 5, "kernel+w_rows4"),
-    (0, 5, "kernel+rows4+w_columns"),
+    pytest.param(1, 5, "kernel+w_rows4", marks=pytest.mark.slow),     # opt-in options
+    pytest.param(0, 5, "kernel+rows4+w_columns", marks=pytest.mark.slow),
     pytest.param(0, 100, "kernel+w_rows64", marks=pytest.mark.slow),
     pytest.param(1, 100, "kernel+rows32+w_columns", marks=pytest.mark.slow),
 ])
@@ -436,7 +436,7 @@ def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
 
 # The streamed rows at the shapes they are for (Nh 256) and at copying's Nh 100.
 @pytest.mark.parametrize("lam,nh,rows,dtype", [
-    (1, 256, 32, jnp.float32),
+    pytest.param(1, 256, 32, jnp.float32, marks=pytest.mark.slow),   # not auto-picked
     pytest.param(0, 256, 32, jnp.bfloat16, marks=pytest.mark.slow),
     pytest.param(1, 100, 32, jnp.float32, marks=pytest.mark.slow),
 ])
