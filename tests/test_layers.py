@@ -8,7 +8,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # unit -> layer; a unit may import itself and the units of lower layers only.
 LAYERS = {
-    "rumjax.core": 0, "rumjax.decoding": 0, "rumjax.metrics": 0, "rumjax.sharding": 0,
+    # The mesh below the equations: the RUM kernel splits the batch over the mesh in
+    # context (XLA cannot partition its custom call), so rumjax.core reads it.
+    "rumjax.sharding": -1,
+    "rumjax.core": 0, "rumjax.decoding": 0, "rumjax.metrics": 0,
     "rumjax.registry": 0, "rumjax.configs": 0, "rumjax.utils": 0,
     "rumjax.cells": 1, "rumjax.layers": 1, "rumjax.evaluators": 1,
     "rumjax.models": 2, "rumjax.training": 2, "rumjax.nnx": 2,
