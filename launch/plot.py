@@ -13,7 +13,10 @@ For a RUM model workdir (a ``train_and_evaluate`` workdir with the ``config.json
 * ``cos_theta.png``: the distribution over the time steps of the mini-batch mean of
   ``cos(theta_t)`` at several points of training (Figure 5b,c). The values come from
   ``cos_theta.jsonl`` (recorded by ``launch.reproduce`` every --eval_every steps on a
-  fixed test batch); without it they are computed from the checkpoints kept in the workdir.
+  fixed test batch); without it they are computed from the checkpoints kept in the workdir;
+* with ``--kernels``, also ``kernels.png``: every kernel of the RUM cell (``W^tau_xh``,
+  ``W^u_xh``, ``W_xh``, ``W^tau_hh``, ``W^u_hh``), the RUM conference paper's Figures 7
+  and 8.
 """
 
 import os
@@ -32,6 +35,8 @@ flags.DEFINE_string("params", None, "A .npz of the parameters (default: "
                     "<workdir>/params.npz, else the latest checkpoint).")
 flags.DEFINE_integer("step", None, "Checkpoint step for the kernel heat map.")
 flags.DEFINE_string("out_dir", None, "Where to write the PNGs (default: the workdir).")
+flags.DEFINE_bool("kernels", False, "Also kernels.png: every kernel of the RUM cell "
+                  "(Figures 7 and 8 of the RUM conference paper).")
 
 FLAGS = flags.FLAGS
 
@@ -49,6 +54,8 @@ def main(argv):
     task = tasks.get_task(plotting.load_config(d)["task"])
     for p in plotting.plot_rum_model(d, out, FLAGS.params, FLAGS.step, task=task):
       print(p)
+    if FLAGS.kernels:
+      print(plotting.plot_rum_kernels(d, out, FLAGS.params, FLAGS.step))
 
 
 if __name__ == "__main__":

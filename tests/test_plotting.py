@@ -91,6 +91,34 @@ def test_plot_rum_model(tmp_path):
     _assert_png(p)
 
 
+def test_kernel_blocks_are_the_cells_kernels_by_name():
+  """Algorithm 1's kernels cut from kernel_x <Nx, 3Nh> and kernel_h <Nh, 2Nh>: each entry
+  of the two matrices lands in exactly one block, at its own place."""
+  nx, nh = 3, 4
+  kx = np.arange(nx * 3 * nh, dtype=float).reshape(nx, 3 * nh)
+  kh = 1000 + np.arange(nh * 2 * nh, dtype=float).reshape(nh, 2 * nh)
+  blocks = analysis.kernel_blocks({"kernel_x": kx, "kernel_h": kh})
+  assert list(blocks) == ["W^tau_xh", "W^u_xh", "W_xh", "W^tau_hh", "W^u_hh"]
+  for i in range(nx):
+    for j in range(nh):
+      assert blocks["W^tau_xh"][i, j] == kx[i, j]
+      assert blocks["W^u_xh"][i, j] == kx[i, nh + j]
+      assert blocks["W_xh"][i, j] == kx[i, 2 * nh + j]
+  for i in range(nh):
+    for j in range(nh):
+      assert blocks["W^tau_hh"][i, j] == kh[i, j] and blocks["W^u_hh"][i, j] == kh[i, nh + j]
+  with pytest.raises(ValueError, match="not a RUM cell's kernels"):
+    analysis.kernel_blocks({"kernel_x": kx[:, :-1], "kernel_h": kh})
+
+
+def test_plot_rum_kernels(tmp_path):
+  model_dir = str(tmp_path / "rum")
+  _rum_workdir(model_dir)
+  path = plotting.plot_rum_kernels(model_dir, out_dir=str(tmp_path / "out"))
+  assert os.path.basename(path) == "kernels.png"
+  _assert_png(path)
+
+
 def test_plot_rum_model_without_records_or_task(tmp_path):
   """No cos_theta.jsonl and no task: the cos panel says so instead of failing."""
   model_dir = str(tmp_path / "rum")

@@ -10,6 +10,7 @@ The names of ``runs`` and ``angles`` are also here (``analysis.cos_theta(...)``)
 
 from rumjax.analysis.angles import (cos_from_checkpoints, cos_histograms, cos_theta,
                                        find_rum_params, fixed_batch, is_rum_params,
+                                       kernel_blocks,
                                        mean_cos_of_params, mean_cos_per_step, metric_curve,
                                        metric_over_time,
                                        read_cos_records, read_jsonl, sown_cos, step_weights,

@@ -82,6 +82,22 @@ def target_kernel(cell_params: Mapping[str, Any]) -> np.ndarray:
   return kernel_h[:, :nh]
 
 
+def kernel_blocks(cell_params: Mapping[str, Any]) -> dict:
+  """Every kernel of a RUM cell by its name in Algorithm 1 (the collection of the RUM
+  conference paper's Figures 7 and 8): ``kernel_x`` <Nx, 3Nh> is ``[W^tau_xh | W^u_xh |
+  W_xh]`` (target memory, update gate, the embedded input ``e~_t``), ``kernel_h`` <Nh, 2Nh>
+  is ``[W^tau_hh | W^u_hh]``; kernels act from the right (entry ``[i, j]``: the weight of
+  input component ``i`` in output component ``j``)."""
+  kernel_x, kernel_h = np.asarray(cell_params["kernel_x"]), np.asarray(cell_params["kernel_h"])
+  nh = kernel_h.shape[0]
+  if kernel_x.shape[1] != 3 * nh or kernel_h.shape[1] != 2 * nh:
+    raise ValueError(f"not a RUM cell's kernels: kernel_x {kernel_x.shape}, kernel_h "
+                     f"{kernel_h.shape} (want <Nx, 3Nh> and <Nh, 2Nh>).")
+  return {"W^tau_xh": kernel_x[:, :nh], "W^u_xh": kernel_x[:, nh:2 * nh],
+          "W_xh": kernel_x[:, 2 * nh:], "W^tau_hh": kernel_h[:, :nh],
+          "W^u_hh": kernel_h[:, nh:]}
+
+
 # ---------------------------------------------------------------------------- angles
 
 

@@ -16,5 +16,6 @@ from rumjax.plotting.common import (draw_accuracy_bars, draw_curves, figure, loa
                                     save_lam_sweep, save_orthogonality_drift, save_steps_and_time,
                                     save_recall)
 from rumjax.plotting.angles import (draw_cos_histograms, draw_cos_map, draw_kernel,
-                                       is_rum_model_dir, plot_rum_model, rum_model_dirs,
+                                       is_rum_model_dir, plot_rum_kernels, plot_rum_model,
+                                       rum_model_dirs, save_kernels,
                                        rum_figures, save_cos, save_kernel)

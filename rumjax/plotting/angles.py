@@ -85,6 +85,48 @@ def save_kernel(kernel: np.ndarray, path: str, title: str = r"$W^{\tau}_{hh}$") 
   return save(fig, path)
 
 
+_BLOCK_TITLES = {"W^tau_xh": r"$W^{\tau}_{xh}$", "W^u_xh": r"$W^{u}_{xh}$",
+                 "W_xh": r"$W_{xh}$ ($\tilde e_t$)", "W^tau_hh": r"$W^{\tau}_{hh}$",
+                 "W^u_hh": r"$W^{u}_{hh}$"}
+
+
+def save_kernels(blocks: Mapping[str, Any], path: str, title: str = "") -> str:
+  """Every kernel of a RUM cell (:func:`rumjax.analysis.kernel_blocks`) as heat maps on
+  one PNG, each on its own symmetric colour scale (the RUM conference paper's Figures 7
+  and 8); returns ``path``."""
+  fig, axes = figure(5.0 * len(blocks), 4.8, ncols=len(blocks))
+  for ax, (name, kernel) in zip(axes[0], blocks.items()):
+    kernel = np.asarray(kernel)
+    vmax = float(np.max(np.abs(kernel))) or 1.0
+    image = ax.imshow(kernel, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest",
+                      aspect="auto")
+    ax.set_title(f"{_BLOCK_TITLES.get(name, name)} {kernel.shape[0]}x{kernel.shape[1]}")
+    ax.set_xlabel("output component")
+    ax.set_ylabel("input component")
+    fig.colorbar(image, ax=ax, shrink=0.85)
+  if title:
+    fig.suptitle(title)
+  return save(fig, path)
+
+
+def plot_rum_kernels(model_dir: str, out_dir: Optional[str] = None,
+                     params_path: Optional[str] = None, step: Optional[int] = None,
+                     title: str = "") -> str:
+  """``kernels.png``: every kernel of a RUM model workdir's cell (Figures 7 and 8 of the
+  RUM conference paper), from the same parameters as :func:`plot_rum_model`."""
+  out_dir = out_dir or model_dir
+  config = load_config(model_dir) or {}
+  label = title or config.get("label") or os.path.basename(os.path.normpath(model_dir))
+  if params_path is None and step is None and os.path.exists(
+      os.path.join(model_dir, "params.npz")):
+    params_path = os.path.join(model_dir, "params.npz")
+  at, params = analysis.load_params(params_path or model_dir, step)
+  _, cell = analysis.find_rum_params(params)
+  return save_kernels(analysis.kernel_blocks(cell), os.path.join(out_dir, "kernels.png"),
+                      title=f"{label}: the kernels of the RUM cell "
+                            f"({_params_label(model_dir, params_path, at)})")
+
+
 def save_cos(cos_by_step: Mapping[int, Any], path: str, title: str = "") -> str:
   """:func:`draw_cos_histograms` and :func:`draw_cos_map` side by side as a PNG."""
   fig, axes = figure(11.0, 4.8, ncols=2)
