@@ -15,7 +15,10 @@ change goes through shared memory). These can be read on a machine without a GPU
 
 The ``triton`` package is not the Triton inside jaxlib (another version, other passes), so
 the numbers are a proxy for what a GPU compiles, good for comparing variants of a kernel
-with each other, not a measurement; timings need a GPU (``.ci/accelerator``).
+with each other under one triton version, not a measurement; they move between versions
+(the default lam=1 backward at copying spills 556 bytes per thread with triton 3.5.0, 892
+with 3.9.0), so compare numbers from one version only (the table prints it). Timings need
+a GPU (``.ci/accelerator``).
 """
 
 import os
@@ -68,6 +71,20 @@ def parse_ptxas(text: str) -> dict:
   return out
 
 
+def _ptxas(triton, capability: int) -> str:
+  """The ptxas that the triton package itself uses for ``capability`` (newer versions ship
+  a second one for sm_90 and above), else the one in its ``bin``."""
+  try:
+    from triton.backends.nvidia.compiler import get_ptxas
+    try:
+      return get_ptxas(capability).path
+    except TypeError:                       # older versions: one ptxas, no argument
+      return get_ptxas().path
+  except (ImportError, AttributeError):
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "ptxas")
+
+
 def resources(ttir: str, num_warps: int, capability: int = 90) -> dict:
   """Registers, spills (bytes per thread), stack, barriers in the PTX and layout
   conversions in the TTGIR of one kernel (its TTIR text), compiled with the ``triton``
@@ -88,11 +105,11 @@ def resources(ttir: str, num_warps: int, capability: int = 90) -> dict:
     ptx = compiled.asm["ptx"]
     with open(path + ".ptx", "w", encoding="utf-8") as f:
       f.write(ptx)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                         "ptxas")
     arch = re.search(r"\.target (\S+)", ptx).group(1)
-    run = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", path + ".ptx", "-o",
-                          os.devnull], capture_output=True, text=True, check=True)
+    run = subprocess.run([_ptxas(triton, capability), "-v", f"--gpu-name={arch}",
+                          path + ".ptx", "-o", os.devnull], capture_output=True, text=True)
+    if run.returncode:
+      raise ValueError(f"ptxas failed on the kernel's PTX: {run.stderr.strip()[:300]}")
   out = parse_ptxas(run.stdout + run.stderr)
   out["barriers"] = ptx.count("bar.sync")
   out["layout_conversions"] = compiled.asm["ttgir"].count("convert_layout")
@@ -118,9 +135,12 @@ def candidate_resources(cand: str, shape, capability: int = 90) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-  """One line per shape, candidate and kernel."""
+  """One line per shape, candidate and kernel, under the triton version that compiled."""
+  import triton
   keys = ("registers", "spill_stores", "spill_loads", "barriers", "layout_conversions")
-  lines = [f"{'shape':>16} {'candidate':>20} {'kernel':>8} {'warps':>5} "
+  lines = [f"compiled by triton {triton.__version__} for sm_90 (a proxy; see "
+           "rumjax.benchmarks.kernel_resources)",
+           f"{'shape':>16} {'candidate':>20} {'kernel':>8} {'warps':>5} "
            + " ".join(f"{k:>18}" for k in keys)]
   for r in rows:
     lines.append(f"{r['shape']:>16} {r['candidate']:>20} {r['kernel']:>8} {r['warps']:>5} "
