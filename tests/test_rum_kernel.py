@@ -283,14 +283,14 @@ def test_auto_picks_the_kernel_when_the_mesh_in_context_splits_the_batch():
                          backend="gpu", devices=4, shards=2, batch=4) == "fast"
 
 
-def sharded_kernel_report():
+def sharded_kernel_report(lams=(0, 1)):
   """Run with 2 CPU devices (test below): the kernel under the loop's mesh against the
   XLA scan on one device (largest relative difference over values and gradients, both
   lam), and the CUDA lowering of a sharded training step (its Triton calls and the
   per-shard batch in the kernels' operands)."""
   mesh = sharding.make_mesh()
   out = {"devices": jax.device_count()}
-  for lam in (0, 1):
+  for lam in lams:
     params, xs, carry = _problem(lam, 5, batch=4, steps=3)
     kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
     ref = _value_and_grads("fast", lam, kw, params, xs, carry)[1:]
@@ -312,12 +312,13 @@ def sharded_kernel_report():
   return out
 
 
-def test_kernel_splits_the_batch_over_the_mesh_in_context():
+@pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])
+def test_kernel_splits_the_batch_over_the_mesh_in_context(lam):
   """Two CPU devices, the loop's mesh in context: values and every gradient equal the XLA
   scan's on one device (float32, 1e-5), and lowered for CUDA the two kernels run on each
   device's half of the batch, with no gather."""
   code = ("import json; from tests import test_rum_kernel as t; "
-          "print(json.dumps(t.sharded_kernel_report()))")
+          f"print(json.dumps(t.sharded_kernel_report(lams=({lam},))))")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
              JAX_PLATFORMS="cpu")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -326,7 +327,7 @@ def test_kernel_splits_the_batch_over_the_mesh_in_context():
   assert proc.returncode == 0, proc.stderr[-2000:]
   report = json.loads(proc.stdout.strip().splitlines()[-1])
   assert report["devices"] == 2
-  assert report["lam0"] <= F32_TOL and report["lam1"] <= F32_TOL, report
+  assert report[f"lam{lam}"] <= F32_TOL, report
   assert report["triton_calls"] == 2 and report["per_shard_operand"], report
   assert not report["gathers"], report
 
