@@ -114,17 +114,10 @@ def plot_rum_kernels(model_dir: str, out_dir: Optional[str] = None,
                      title: str = "") -> str:
   """``kernels.png``: every kernel of a RUM model workdir's cell (Figures 7 and 8 of the
   RUM conference paper), from the same parameters as :func:`plot_rum_model`."""
-  out_dir = out_dir or model_dir
-  config = load_config(model_dir) or {}
-  label = title or config.get("label") or os.path.basename(os.path.normpath(model_dir))
-  if params_path is None and step is None and os.path.exists(
-      os.path.join(model_dir, "params.npz")):
-    params_path = os.path.join(model_dir, "params.npz")
-  at, params = analysis.load_params(params_path or model_dir, step)
-  _, cell = analysis.find_rum_params(params)
-  return save_kernels(analysis.kernel_blocks(cell), os.path.join(out_dir, "kernels.png"),
-                      title=f"{label}: the kernels of the RUM cell "
-                            f"({_params_label(model_dir, params_path, at)})")
+  label, when, cell, _ = _rum_cell_of(model_dir, params_path, step, title)
+  return save_kernels(analysis.kernel_blocks(cell),
+                      os.path.join(out_dir or model_dir, "kernels.png"),
+                      title=f"{label}: the kernels of the RUM cell ({when})")
 
 
 def save_cos(cos_by_step: Mapping[int, Any], path: str, title: str = "") -> str:
@@ -166,6 +159,21 @@ def _params_label(model_dir: str, params_path: Optional[str], at: Optional[int])
   return os.path.basename(params_path)
 
 
+def _rum_cell_of(model_dir: str, params_path: Optional[str], step: Optional[int],
+                 title: str):
+  """``(label, "step N", RUM cell parameters, config)`` of a RUM model workdir: the
+  parameters of ``params_path``, else ``model_dir/params.npz`` if it exists, else the
+  checkpoint ``step`` or the latest one."""
+  config = load_config(model_dir) or {}
+  label = title or config.get("label") or os.path.basename(os.path.normpath(model_dir))
+  if params_path is None and step is None and os.path.exists(
+      os.path.join(model_dir, "params.npz")):
+    params_path = os.path.join(model_dir, "params.npz")
+  at, params = analysis.load_params(params_path or model_dir, step)
+  _, cell = analysis.find_rum_params(params)
+  return label, _params_label(model_dir, params_path, at), cell, config
+
+
 def plot_rum_model(model_dir: str, out_dir: Optional[str] = None,
                    params_path: Optional[str] = None, step: Optional[int] = None,
                    title: str = "", task=None) -> list[str]:
@@ -187,15 +195,8 @@ def plot_rum_model(model_dir: str, out_dir: Optional[str] = None,
       when there is no ``cos_theta.jsonl``.
   """
   out_dir = out_dir or model_dir
-  config = load_config(model_dir) or {}
-  label = title or config.get("label") or os.path.basename(os.path.normpath(model_dir))
-  if params_path is None and step is None and os.path.exists(
-      os.path.join(model_dir, "params.npz")):
-    params_path = os.path.join(model_dir, "params.npz")
-  at, params = analysis.load_params(params_path or model_dir, step)
-  _, cell = analysis.find_rum_params(params)
+  label, when, cell, config = _rum_cell_of(model_dir, params_path, step, title)
   nh = np.shape(cell["kernel_h"])[0]
-  when = _params_label(model_dir, params_path, at)
   paths = [save_kernel(analysis.target_kernel(cell), os.path.join(out_dir, "kernel_tau.png"),
                        title=rf"{label}: $W^\tau_{{hh}}$ ({nh}x{nh}, {when})")]
   cos_by_step = analysis.read_cos_records(model_dir)
