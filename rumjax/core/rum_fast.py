@@ -26,7 +26,9 @@ the plane, ``R``, its cotangent ``Q = dL/dR``, the saved ``R_{t-1} [u, q, Rot h]
 ``promote_types(dtype, float32)`` and returned in the parameters' dtype.
 
 What the backward pass keeps. The forward scan saves per step only ``h_t``, the
-pre-activations ``[tau_t | u'_t | e_t]`` and for ``lam=1`` ``R_{t-1} [u_t, q_t, Rot_t h_{t-1}]``
+pre-activations ``tau_t``, ``u'_t``, ``e_t`` (three arrays: the batched planes below read
+``tau`` and ``e`` whole, and slicing them out of one <T, B, 3 Nh> array cost XLA:CPU two
+copies of 0.4 ms each at the recall shape) and for ``lam=1`` ``R_{t-1} [u_t, q_t, Rot_t h_{t-1}]``
 (``4 Nh`` or ``7 Nh`` numbers per example). Every input of the rotation is saved, not
 recomputed: on a GPU a float32 matmul runs as TF32 by default and two matmuls of the same
 numbers (``x W_x`` and ``x W_x[:, 2Nh:]``) need not round alike, and the rebuild of
@@ -281,10 +283,11 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   # and read back T B 3Nh numbers, slower for the small inputs of the synthetic tasks.
   xp = _mm(cfg, x, kernel_x) + bias
   e = xp[:, 2 * n:]
-  pre = jnp.concatenate([xp[:, :2 * n] + _mm(cfg, h, kernel_h), e], axis=-1)
-  x, p = _rotate(pre[:, :n], e, h)
+  gates = xp[:, :2 * n] + _mm(cfg, h, kernel_h)
+  pre = (gates[:, :n], gates[:, n:], e)               # tau, u', e: three arrays, not one
+  x, p = _rotate(pre[0], e, h)
   y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
-  hn, _ = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
+  hn, _ = _head(cfg, h, pre[1], e, y[:, 2] if cfg.lam else x)
   return hn, (pre, p, x, y)
 
 
@@ -354,11 +357,10 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   projection ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
   """
   n = h.shape[-1]
-  pre, p, x, y = saved
-  e = pre[:, 2 * n:]
+  (tau, upre, e), p, x, y = saved
   if x is None:                                 # lam=0: the plane comes from _bwd
     x = apply_plane(p, h.astype(p.u.dtype))
-  _, aux = _head(cfg, h, pre[:, n:2 * n], e, y[:, 2] if cfg.lam else x)
+  _, aux = _head(cfg, h, upre, e, y[:, 2] if cfg.lam else x)
   dh_gate, dgate, w = _head_bwd(cfg, h, aux, g)
   w = w.astype(x.dtype)
   zero = jnp.zeros_like(p.cos)
@@ -367,9 +369,9 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   else:
     dx, du, dq, dms, aux = w, None, None, (zero,) * 4, None
   dcos = dcos if cfg.return_cos else zero
-  dtau, de, dh = _rotate_bwd(pre[:, :n], e, h, p, dx,
+  dtau, de, dh = _rotate_bwd(tau, e, h, p, dx,
                             RotationPlane(du, dq, *dms, dcos, zero))
-  dtau, de, dh = dtau.astype(pre.dtype), de.astype(e.dtype), dh.astype(h.dtype)
+  dtau, de, dh = dtau.astype(tau.dtype), de.astype(e.dtype), dh.astype(h.dtype)
   if cfg.update_gate:
     dh = dh + dh_gate
   else:
@@ -463,9 +465,8 @@ def _bwd(cfg, res, cts):
     # The planes of all T steps at once, from the saved tau_t and e_t, before the scan:
     # the forward's operations (rotation_plane) batched over time, a few large fused
     # operations instead of a dozen small ones in every step of the backward scan.
-    pre = saved[0]
-    n = pre.shape[-1] // 3
-    saved = (pre, rotation_plane(pre[..., 2 * n:], pre[..., :n]), None, None)
+    tau, _, e = pre = saved[0]
+    saved = (pre, rotation_plane(e, tau), None, None)
   inp = (jnp.arange(xs.shape[0]), saved, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
