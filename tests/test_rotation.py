@@ -10,6 +10,7 @@ enable_x64 = lambda: jax.enable_x64(True)
 from jax.test_util import check_grads
 
 from rumjax import rotate, rotation_matrix
+from rumjax.core.rotation import rotate_two_pass
 from tests.reference import rotation_eq1
 
 
@@ -95,6 +96,34 @@ def test_degenerate_inputs_are_finite_and_orthogonal(case, dtype):
       assert np.all(np.isfinite(g)), (case, grads)
     grads_m = jax.grad(lambda a, b: jnp.sum(jnp.sin(rotation_matrix(a, b))), (0, 1))(a, b)
     assert all(np.all(np.isfinite(g)) for g in grads_m)
+
+
+
+def test_rotate_two_pass_is_eq1():
+  """rum_fast's lam=0 step: Rot h and cos from two passes equal the explicit matrix of
+  eq. (1) (float64, a Python loop) and the plane's action (float32, to its rounding)."""
+  with enable_x64():
+    a, b, h = _random(10, 5, 9), _random(11, 5, 9), _random(12, 5, 9)
+    x, cos = rotate_two_pass(a, b, h)
+    for i in range(5):
+      np.testing.assert_allclose(x[i], rotation_eq1(a[i], b[i]) @ h[i], atol=1e-12)
+      np.testing.assert_allclose(cos[i], _unit(a[i]) @ _unit(b[i]), atol=1e-12)
+  a, b, h = (jnp.asarray(v, jnp.float32) for v in (a, b, h))
+  np.testing.assert_allclose(rotate_two_pass(a, b, h)[0], rotate(a, b, h), atol=2e-6)
+
+
+@pytest.mark.parametrize("case", sorted(DEGENERATE))
+def test_rotate_two_pass_degenerate(case):
+  """The same branches as rotation_plane: identity for parallel and zero inputs, the
+  rotation by pi for anti-parallel ones (float32: a few ulps of |h|)."""
+  a0, b0 = jnp.asarray(_random(5, 6), jnp.float32), jnp.asarray(_random(6, 6), jnp.float32)
+  h = jnp.asarray(_random(7, 6), jnp.float32)
+  a, b = DEGENERATE[case](a0, b0)
+  x, cos = rotate_two_pass(a, b, h)
+  np.testing.assert_allclose(x, rotate(a, b, h), atol=1e-5)
+  np.testing.assert_allclose(jnp.linalg.norm(x), jnp.linalg.norm(h), rtol=1e-6)
+  if case.startswith("antiparallel"):
+    np.testing.assert_allclose(cos, -1.0, atol=1e-6)
 
 
 def test_zero_h_is_finite():

@@ -115,6 +115,55 @@ def _fallback(u, in_kernel: bool = False):
       jnp.where(sq > 0, sq, 1.0)), 0.0)
 
 
+class _Passes(NamedTuple):
+  """The numbers of eq. (1) from two passes over ``a`` and ``b`` (:func:`_two_passes`)."""
+  ok: jax.Array      # a != 0 and b != 0
+  inv_a: jax.Array   # 1/|a|, 1/|b| (0 where not ok)
+  inv_b: jax.Array
+  u: jax.Array       # a/|a|
+  p: jax.Array       # b^ - c0 u, the first Gram-Schmidt pass
+  up: jax.Array      # u.p (rounding: the second pass subtracts it)
+  s0: jax.Array      # |p'|, p' = p - (u.p) u
+  c0: jax.Array      # a.b / (|a| |b|)
+  cos: jax.Array     # cos(theta) and sin(theta) polished (cos^2 + sin^2 = 1, Newton step)
+  sin: jax.Array
+  k: jax.Array       # the polish's factor on p' (q = k p' for cos > 0)
+
+
+def _two_passes(a, b, h=None):
+  """The plane of ``Rotation(a, b)`` from two reductions over the vectors.
+
+  First pass, of the raw inputs: ``|a|^2``, ``|b|^2``, ``a.b`` (so ``c0 = a.b/(|a||b|)``).
+  Second pass, of ``p = b^ - c0 u``: ``u.p`` and ``|p|^2``. The second Gram-Schmidt pass
+  ``p' = p - (u.p) u`` ("twice is enough": ``p'`` is orthogonal to ``u`` to working
+  precision even where it is tiny, theta near 0 or pi) and its norm
+  ``|p'| = sqrt(|p|^2 - (u.p)^2)`` (``|u| = 1``) follow without a third pass. Then
+  ``(cos, sin) = (c0, |p'|)`` renormalised so that ``cos^2 + sin^2 = 1`` and one Newton step
+  towards it: the rounding of the division is biased (``cos^2 + sin^2 - 1 ~ +0.4 eps`` on
+  average), and a bias, unlike random rounding, makes ``R_t`` drift linearly in ``t``
+  (float32, Nh 64: max ``|R^T R - 1|`` at t = 4,000 1.1e-5 without the step, 3e-6 with it).
+  (Until issue 45 these were five passes in sequence: the norms, ``cos = u.b^``, ``u.p``,
+  ``|p'|`` and, in the step, ``U^T h``; each is a fused operation of its own on XLA:CPU.)
+  """
+  pairs = ((a, a), (b, b), (a, b)) + (((a, h), (b, h)) if h is not None else ())
+  sq_a, sq_b, ab, *h_dots = (_dot(x, y) for x, y in pairs)
+  ok = (sq_a > 0) & (sq_b > 0)
+  inv_a = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_a, 1.0)), 0.0)
+  inv_b = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_b, 1.0)), 0.0)
+  c0 = ab * inv_a * inv_b
+  u = a * inv_a[..., None]
+  p = b * inv_b[..., None] - c0[..., None] * u
+  up, pp = _dot(u, p), _dot(p, p)
+  sq = pp - up * up
+  s0 = jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)   # gradient 0 at 0
+  radius = jnp.sqrt(jnp.where(ok, c0 * c0 + s0 * s0, 1.0))
+  cos, sin = jnp.where(ok, c0 / radius, 1.0), s0 / radius
+  newton = 1.5 - 0.5 * (cos * cos + sin * sin)
+  passes = _Passes(ok, inv_a, inv_b, u, p, up, s0, c0, cos * newton, sin * newton,
+                   newton / radius)
+  return passes if h is None else (passes, h_dots)
+
+
 def rotation_plane(a: jax.Array, b: jax.Array, in_kernel: bool = False) -> RotationPlane:
   """The plane, angle and 2 x 2 block of ``Rotation(a, b)`` (eq. (1)), batched.
 
@@ -125,49 +174,30 @@ def rotation_plane(a: jax.Array, b: jax.Array, in_kernel: bool = False) -> Rotat
 
   Returns:
     A :class:`RotationPlane` in :func:`~rumjax.core.precision.at_least_float32`; see the
-    module docstring for the degenerate cases and the numerics near anti-parallel.
+    module docstring for the degenerate cases and the numerics near anti-parallel, and
+    :func:`_two_passes` for how the plane is computed.
   """
   dtype = at_least_float32(a, b)
   a, b = jnp.broadcast_arrays(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
-  norm_a, a_ok = _safe_norm(a)
-  norm_b, b_ok = _safe_norm(b)
-  ok = a_ok & b_ok
-  u = jnp.where(ok[..., None], a / norm_a[..., None], 0.0)
-  b_hat = jnp.where(ok[..., None], b / norm_b[..., None], 0.0)
-  cos = _dot(u, b_hat)
-  # p = sin(theta) v: the part of b^ orthogonal to u, Gram-Schmidt twice ("twice is
-  # enough") so that it stays orthogonal to u even when it is tiny (theta near 0 or pi).
-  p = b_hat - cos[..., None] * u
-  p = p - _dot(u, p)[..., None] * u
-  sin, p_ok = _safe_norm(p)
-  sin = jnp.where(p_ok, sin, 0.0)
-  # Renormalise so that cos^2 + sin^2 = 1 to working precision (orthogonality of R).
-  radius = jnp.sqrt(jnp.where(ok, cos**2 + sin**2, 1.0))
-  cos = jnp.where(ok, cos / radius, 1.0)
-  sin = sin / radius
-  p = p / radius[..., None]
-  # One Newton step towards cos^2 + sin^2 = 1: the rounding of the division above is
-  # biased (cos^2 + sin^2 - 1 ~ +0.4 eps on average), and a bias, unlike random
-  # rounding, makes R_t drift linearly in t (float32, Nh 64: max|R^T R - 1| at t = 4,000
-  # 1.1e-5 without this step, 3e-6 with it).
-  newton = 1.5 - 0.5 * (cos * cos + sin * sin)
-  cos, sin, p = cos * newton, sin * newton, p * newton[..., None]
+  w = _two_passes(a, b)
+  u, cos, sin = w.u, w.cos, w.sin
+  p = w.p - w.up[..., None] * u                                     # p' = s v
 
-  # Small angles (cos > 0): q = p = s v, M = [[c - 1, -1], [1, -1/(1 + c)]], with
-  # c - 1 = -s^2 / (1 + c). Smooth in (a, b), exact identity at theta = 0.
+  # Small angles (cos > 0): q = p'' = s v (p' polished), M = [[c - 1, -1], [1, -1/(1 + c)]],
+  # with c - 1 = -s^2 / (1 + c). Smooth in (a, b), exact identity at theta = 0.
   inv_1pc = 1.0 / (1.0 + jnp.where(cos > 0, cos, 1.0))
-  small = RotationPlane(u, p, -(sin**2) * inv_1pc, jnp.full_like(cos, -1.0),
+  small = RotationPlane(u, w.k[..., None] * p, -(sin**2) * inv_1pc, jnp.full_like(cos, -1.0),
                         jnp.full_like(cos, 1.0), -inv_1pc, cos, sin)
 
-  # Large angles (cos <= 0): q = v, M = [[c - 1, -s], [s, c - 1]], the textbook form;
-  # no 1/(1 + c) anywhere. v = p/|p| is orthogonal to u to working precision as long as
-  # |p| is above its rounding noise (a few eps); below, p is noise (its direction, even
+  # Large angles (cos <= 0): q = v = p'/|p'|, M = [[c - 1, -s], [s, c - 1]], the textbook
+  # form; no 1/(1 + c) anywhere. v is orthogonal to u to working precision as long as
+  # |p'| is above its rounding noise (a few eps); below, p' is noise (its direction, even
   # its component along u, is arbitrary; the compiler's choice of fused operations
   # decides it) and we rotate by exactly pi (c = -1, s = 0, an error <= 16 eps in the
   # value) in the plane of u and a coordinate axis orthogonalised against u.
   v_ok = sin > 16 * jnp.finfo(dtype).eps
   fallback = _fallback(u, in_kernel)
-  v = jnp.where(v_ok[..., None], p / jnp.where(v_ok, sin, 1.0)[..., None], fallback)
+  v = jnp.where(v_ok[..., None], p / jnp.where(v_ok, w.s0, 1.0)[..., None], fallback)
   cos_l, sin_l = jnp.where(v_ok, cos, -1.0), jnp.where(v_ok, sin, 0.0)
   large = RotationPlane(u, v, cos_l - 1.0, -sin_l, sin_l, cos_l - 1.0, cos_l, sin_l)
 
@@ -204,6 +234,66 @@ def rotate(a: jax.Array, b: jax.Array, h: jax.Array) -> jax.Array:
   out_dtype = jnp.result_type(a, b, h, float)
   plane = rotation_plane(a, b)
   return apply_plane(plane, jnp.asarray(h, plane.u.dtype)).astype(out_dtype)
+
+
+def rotate_two_pass(a: jax.Array, b: jax.Array, h: jax.Array):
+  """``Rotation(a, b) @ h`` and ``cos(theta)`` (eq. (1)) in two passes over the vectors.
+
+  The values of :func:`rotation_plane` followed by :func:`apply_plane` (the same plane,
+  branches and polish, :func:`_two_passes`), equal up to rounding, without the third pass
+  over the vectors that :func:`apply_plane` makes for ``U^T h``: ``u.h`` and ``q.h`` follow
+  from ``a.h`` and ``b.h``, dot products of the raw inputs taken in the first pass
+  (``p'.h = b^.h - c0 u.h - (u.p) u.h`` with ``p = b^ - c0 u``, ``p' = p - (u.p) u``), and
+  ``Rot h = h + alpha u + beta p + gamma e_k`` (``e_k`` the fallback's coordinate axis).
+  This is all RUM lam=0's forward step needs; on XLA:CPU every pass is a fused operation of
+  its own with a fixed cost (issue 45).
+
+  Args:
+    a, b, h: <float>[..., N] as in :func:`rotate` (``a``, ``b`` and ``h`` of one shape).
+
+  Returns:
+    ``(Rot h, cos)``: <float>[..., N] and <float>[...], in
+    :func:`~rumjax.core.precision.at_least_float32` of the three.
+  """
+  dtype = at_least_float32(a, b, h)
+  a, b, h = (jnp.asarray(x, dtype) for x in (a, b, h))
+  c1 = lambda x: x[..., None]
+  # The plane as rotation_plane computes it; a.h and b.h belong to the first pass (dot
+  # products of the raw inputs), and p.h, p'.h follow: p = b^ - c0 u, p' = p - (u.p) u.
+  w, (ah, bh) = _two_passes(a, b, h)
+  u, p, up, s0, cos, sin, k = w.u, w.p, w.up, w.s0, w.cos, w.sin, w.k
+  uh, bh = ah * w.inv_a, bh * w.inv_b
+  ph = bh - w.c0 * uh - up * uh                        # p'.h
+  # cos > 0: U = (u, q), M = [[-s^2/(1 + c), -1], [1, -1/(1 + c)]].
+  inv_1pc = 1.0 / (1.0 + jnp.where(cos > 0, cos, 1.0))
+  qh = k * ph
+  cu_s, cq_s = -(sin * sin) * inv_1pc * uh - qh, uh - inv_1pc * qh
+  alpha_s, beta_s = cu_s - cq_s * k * up, cq_s * k
+  # cos <= 0, sin above its noise: U = (u, v), v = p'/|p'|, M = [[c - 1, -s], [s, c - 1]].
+  v_ok = sin > 16 * jnp.finfo(dtype).eps
+  inv_s0 = jnp.where(v_ok, 1.0 / jnp.where(v_ok, s0, 1.0), 0.0)
+  vh = ph * inv_s0
+  cu_l, cq_l = (cos - 1.0) * uh - sin * vh, sin * uh + (cos - 1.0) * vh
+  alpha_l, beta_l = cu_l - cq_l * inv_s0 * up, cq_l * inv_s0
+  # Below the noise: a rotation by pi in the plane of u and f = (e_k - u_k u)/n.
+  n = a.shape[-1]
+  if n >= 2:
+    index = jax.lax.broadcasted_iota(jnp.int32, a.shape, a.ndim - 1)
+    first = u[..., 0] * u[..., 0] <= 0.5
+    uk, hk = jnp.where(first, u[..., 0], u[..., 1]), jnp.where(first, h[..., 0], h[..., 1])
+    n_sq = 1.0 - uk * uk
+    inv_n = jnp.where(n_sq > 0, jax.lax.rsqrt(jnp.where(n_sq > 0, n_sq, 1.0)), 0.0)
+    fh2 = 2.0 * (hk - uk * uh) * inv_n * inv_n         # 2 (f.h) / n
+    alpha_f, gamma_f = -2.0 * uh + fh2 * uk, -fh2
+    axis = (index == jnp.where(c1(first), 0, 1)).astype(dtype)
+  else:                                                # N = 1: the reflection -1
+    alpha_f, gamma_f, axis = -2.0 * uh, jnp.zeros_like(uh), jnp.zeros_like(a)
+  small, large = cos > 0, v_ok
+  pick = lambda x, y, z: jnp.where(w.ok, jnp.where(small, x, jnp.where(large, y, z)), 0.0)
+  alpha = pick(alpha_s, alpha_l, alpha_f)
+  beta = pick(beta_s, beta_l, 0.0)
+  gamma = pick(0.0, 0.0, gamma_f)
+  return h + c1(alpha) * u + c1(beta) * p + c1(gamma) * axis, cos
 
 
 def rotation_matrix(a: jax.Array, b: jax.Array) -> jax.Array:

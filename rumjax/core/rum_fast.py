@@ -63,7 +63,7 @@ import jax.numpy as jnp
 
 from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
 from rumjax.core.rotation import (RotationPlane, apply_plane, first_coordinates,
-                                  rotation_plane)
+                                  rotate_two_pass, rotation_plane)
 
 Array = jax.Array
 
@@ -275,7 +275,9 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   """One step of Algorithm 1 from ``h_{t-1}`` and the input ``x_t``.
 
   ``read(v)`` returns ``R_{t-1} v_k`` for the rows of ``v`` (``lam=1``). Returns
-  ``h_t``, the pre-activations ``[tau | u']``, the plane and ``R_{t-1} [u, q, Rot h]``.
+  ``h_t`` and ``(pre-activations (tau, u', e), the plane, Rot h, R_{t-1} [u, q, Rot h],
+  cos)``; for ``lam=0`` the plane and ``R_{t-1} [...]`` are None: its step needs only
+  ``Rot h``, computed in two passes (:func:`rumjax.core.rotation.rotate_two_pass`).
   """
   kernel_x, bias, kernel_h = params
   n = kernel_h.shape[0]
@@ -285,10 +287,14 @@ def _cell(cfg: _Cfg, params, h, x, read=None):
   e = xp[:, 2 * n:]
   gates = xp[:, :2 * n] + _mm(cfg, h, kernel_h)
   pre = (gates[:, :n], gates[:, n:], e)               # tau, u', e: three arrays, not one
+  if not cfg.lam:
+    x, cos = rotate_two_pass(e, pre[0], h)
+    hn, _ = _head(cfg, h, pre[1], e, x)
+    return hn, (pre, None, x, None, cos)
   x, p = _rotate(pre[0], e, h)
-  y = read(jnp.stack([p.u, p.q, x], 1)) if cfg.lam else None
-  hn, _ = _head(cfg, h, pre[1], e, y[:, 2] if cfg.lam else x)
-  return hn, (pre, p, x, y)
+  y = read(jnp.stack([p.u, p.q, x], 1))
+  hn, _ = _head(cfg, h, pre[1], e, y[:, 2])
+  return hn, (pre, p, x, y, p.cos)
 
 
 def _outputs(cfg, save, hn, saved):
@@ -297,9 +303,9 @@ def _outputs(cfg, save, hn, saved):
   and ``cos`` (``return_cos``). (For ``lam=0`` computing the planes again, for all steps
   at once before the backward scan, is cheaper on XLA:CPU than writing them per step; for
   ``lam=1`` saving them is.)"""
-  pre, p, x, y = saved
+  pre, p, x, y, cos = saved
   kept = ((pre, p, x, y) if cfg.lam else (pre, None, None, None)) if save else None
-  return hn, kept, (p.cos if cfg.return_cos else None)
+  return hn, kept, (cos if cfg.return_cos else None)
 
 
 def _forward_lam0(cfg: _Cfg, params, xs, h0, save: bool):
@@ -313,7 +319,7 @@ def _forward_lam1(cfg: _Cfg, params, xs, carry0, save: bool):
   def step(carry, x):
     s, h = carry                                   # s = R_{t-1}^T (row products are faster)
     hn, saved = _cell(cfg, params, h, x, lambda v: _rows(v, s))
-    _, p, _, y = saved
+    _, p, _, y, _ = saved
     # R_t = R_{t-1} Rot_t = R_{t-1} + (R_{t-1} u) r_u^T + (R_{t-1} q) r_q^T, transposed.
     s = _rank_update(s, list(_m_rows(p)), [y[:, 0], y[:, 1]])
     return (s, hn), _outputs(cfg, save, hn, saved)
