@@ -86,7 +86,16 @@ def _rotate(tau, e, h, in_kernel=False):
   return apply_plane(plane, h.astype(plane.u.dtype)), plane
 
 
-def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=False):
+def _inverse_norms(tau, e):
+  """``(1/|e|, 1/|tau|)``, both 0 unless ``e != 0`` and ``tau != 0`` (the identity)."""
+  sq_e, sq_t = jnp.sum(e * e, axis=-1), jnp.sum(tau * tau, axis=-1)
+  ok = (sq_e > 0) & (sq_t > 0)
+  return (jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_e, 1.0)), 0.0),
+          jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_t, 1.0)), 0.0))
+
+
+def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=False,
+                inv_norms=None):
   """The VJP of :func:`_rotate` by hand: ``(dL/dtau, dL/de, dL/dh)`` given ``gx = dL/d(Rot h)``
   and the cotangents ``gp`` of the plane (``gp.u``, ``gp.q`` None: zero, as for
   ``lam=0``; ``gp.sin`` must be zero: the fast path never reads ``sin``).
@@ -125,10 +134,7 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
     uu, uq, vq = uu + dot(u, gp.u), uq + dot(u, gp.q), vq + dot(q, gp.q)
   g_uu, g_uq = gp.m_uu + ug * uh, gp.m_uq + ug * qh
   g_qu, g_qq = gp.m_qu + qg * uh, gp.m_qq + qg * qh
-  sq_e, sq_t = dot(e, e), dot(tau, tau)
-  ok = (sq_e > 0) & (sq_t > 0)
-  inv_e = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_e, 1.0)), 0.0)
-  inv_t = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_t, 1.0)), 0.0)
+  inv_e, inv_t = _inverse_norms(tau, e) if inv_norms is None else inv_norms
   b = tau * c1(inv_t)
   # cos > 0: q = p = b - c u, m_uu = c - 1, m_qq = -1/(1 + c); b = c u + q.
   k = 1.0 / (1.0 + jnp.where(c > 0, c, 1.0))
@@ -363,7 +369,7 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   projection ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
   """
   n = h.shape[-1]
-  (tau, upre, e), p, x, y = saved
+  (tau, upre, e), p, x, y, *inv_norms = saved
   if x is None:                                 # lam=0: the plane comes from _bwd
     x = apply_plane(p, h.astype(p.u.dtype))
   _, aux = _head(cfg, h, upre, e, y[:, 2] if cfg.lam else x)
@@ -376,7 +382,8 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
     dx, du, dq, dms, aux = w, None, None, (zero,) * 4, None
   dcos = dcos if cfg.return_cos else zero
   dtau, de, dh = _rotate_bwd(tau, e, h, p, dx,
-                            RotationPlane(du, dq, *dms, dcos, zero))
+                            RotationPlane(du, dq, *dms, dcos, zero),
+                            inv_norms=inv_norms[0] if inv_norms else None)
   dtau, de, dh = dtau.astype(tau.dtype), de.astype(e.dtype), dh.astype(h.dtype)
   if cfg.update_gate:
     dh = dh + dh_gate
@@ -472,7 +479,10 @@ def _bwd(cfg, res, cts):
     # the forward's operations (rotation_plane) batched over time, a few large fused
     # operations instead of a dozen small ones in every step of the backward scan.
     tau, _, e = pre = saved[0]
-    saved = (pre, rotation_plane(e, tau), None, None)
+    # 1/|e|, 1/|tau| too (in the plane's dtype): two reductions fewer in every step.
+    rdtype = at_least_float32(tau)
+    saved = (pre, rotation_plane(e, tau), None, None,
+             _inverse_norms(tau.astype(rdtype), e.astype(rdtype)))
   inp = (jnp.arange(xs.shape[0]), saved, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
