@@ -99,7 +99,8 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
                 inv_norms=None):
   """The VJP of :func:`_rotate` by hand: ``(dL/dtau, dL/de, dL/dh)`` given ``gx = dL/d(Rot h)``
   and the cotangents ``gp`` of the plane (``gp.u``, ``gp.q`` None: zero, as for
-  ``lam=0``; ``gp.sin`` must be zero: the fast path never reads ``sin``).
+  ``lam=0``; ``gp.sin`` must be zero: the fast path never reads ``sin``). ``inv_norms``:
+  ``(1/|e|, 1/|tau|)`` as :func:`_inverse_norms` returns them, if already computed.
 
   It differentiates eq. (1) in exact arithmetic: ``u = e/|e|``, ``b = tau/|tau|``,
   ``c = u.b``, ``p = b - c u``, ``s = |p|``, ``v = p/s``, ``Rot h = h + U M U^T h`` with
