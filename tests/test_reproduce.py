@@ -213,9 +213,24 @@ def test_resume_budget_and_divergence(tmp_path, monkeypatch):
   assert {"eval_accuracy", "test_accuracy"} <= set(r["metrics"])
 
 
+def test_clue_tnews_ablations_are_starsabers_set_up():
+  """Tables 5-7's variants: clue_tnews's StarSaber config but for the model's name, the
+  same pretraining, and the paper's dev accuracies (Test acc(Dev acc) in the paper)."""
+  abl, base = EXPERIMENTS["clue_tnews_ablations"], EXPERIMENTS["clue_tnews"]
+  ref = experiments.model_config(base, "starsaber").to_dict()
+  for key in ("starsaber_gate", "starsaber_pe", "starsaber_nodirect"):
+    cfg = experiments.model_config(abl, key).to_dict()
+    assert cfg["model"].pop("name") == key and ref["model"]["name"] == "starsaber"
+    assert cfg["model"] == {k: v for k, v in ref["model"].items() if k != "name"}
+    assert {k: v for k, v in cfg.items() if k != "model"} == {
+        k: v for k, v in ref.items() if k != "model"}
+    assert abl.pretraining.sets[key] == base.pretraining.sets["starsaber"]
+  assert [abl.paper[k]["dev_accuracy"] for k in abl.models] == [53.04, 52.13, 52.31]
+
+
 def test_configs_of_the_paper():
   assert sorted(EXPERIMENTS) == ["char_ptb_ablations", "char_ptb_equal_params", "clue_afqmc",
-                                 "clue_tnews",
+                                 "clue_tnews", "clue_tnews_ablations",
                                  "copying_T1000", "copying_T200", "copying_T500",
                                  "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
                                  "sst_binary", "sst_fine", "summ_synthetic",

@@ -19,6 +19,9 @@ batch 32), every model at the same steps of each phase::
     python -m launch.reproduce --experiment=clue_tnews --workdir=/tmp/clue \
         --pretrain_steps=4000 --steps=6000 --eval_every=500 --eval_batches_during=0
 
+``clue_tnews_ablations``: the three variants of Tables 5-7 (StarSaber-gate, with PE,
+without direct paths) in the same set-up, to compare with ``clue_tnews``'s ``starsaber``.
+
 Pretraining (masked LM on the task's inputs): Adam 1e-3 with a linear warm-up over the first
 :data:`PRETRAIN_WARMUP` steps for every pretrained family (:data:`PRETRAIN`; the paper's
 1e-4 left the Transformer at 0.2% masked accuracy after 600 steps, RESULTS.md), its dev
@@ -176,4 +179,32 @@ def experiment(task: str) -> experiments.Experiment:
       notes=notes(task), pretraining=experiments.Pretraining("mlm", PRETRAIN))
 
 
+# Tables 5-7: StarSaber's variants in clue_<task>'s set-up (4x256, the same pretraining and
+# fine-tuning as its "starsaber", which is the baseline to compare with).
+ABLATION_MODELS = {
+    "starsaber_gate": ("StarSaber-gate 4x256 (Table 5)", {"model.name": "starsaber_gate"}),
+    "starsaber_pe": ("StarSaber with PE 4x256 (Table 6)", {"model.name": "starsaber_pe"}),
+    "starsaber_nodirect": ("StarSaber w/o direct paths 4x256 (Table 7)",
+                           {"model.name": "starsaber_nodirect"}),
+}
+
+
+def ablations(task: str) -> experiments.Experiment:
+  """``clue_<task>_ablations``: Tables 5-7's variants of StarSaber (:data:`ABLATION_MODELS`)
+  at ``clue_<task>``'s sizes, pretraining and fine-tuning; the baseline is ``clue_<task>``'s
+  ``starsaber`` (the paper's StarSaber-2, Table 3, is its row there)."""
+  base = experiment(task)
+  column = TASKS.index(task)
+  return experiments.Experiment(
+      name=f"clue_{task}_ablations", task=base.task, variant=None,
+      models={k: (label, {**fields, "early_stopping_patience": PATIENCE})
+              for k, (label, fields) in ABLATION_MODELS.items()},
+      tiny=TINY, paper={k: {"dev_accuracy": ABLATIONS[k][column][2]} for k in ABLATION_MODELS},
+      paper_source="StarSaber paper, Tables 5-7 (dev, at StarSaber-2's 6x512)",
+      columns=COLUMNS[task], notes=notes(task),
+      pretraining=experiments.Pretraining(
+          "mlm", {k: PRETRAIN["starsaber"] for k in ABLATION_MODELS}))
+
+
 EXPERIMENTS = {f"clue_{t}": experiment(t) for t in ("tnews", "afqmc")}
+EXPERIMENTS["clue_tnews_ablations"] = ablations("tnews")
