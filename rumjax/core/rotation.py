@@ -78,13 +78,6 @@ def _dot(x, y):
   return jnp.sum(x * y, axis=-1)
 
 
-def _safe_norm(x):
-  """``|x|`` along the last axis and a mask ``|x| > 0``; the gradient is 0 (not NaN) at 0."""
-  sq = _dot(x, x)
-  nonzero = sq > 0
-  return jnp.sqrt(jnp.where(nonzero, sq, 1.0)), nonzero
-
-
 def first_coordinates(u, in_kernel: bool = False):
   """``(u_0, u_1)`` (shape ``u.shape[:-1]``): slices, or with ``in_kernel`` masked sums
   (a Pallas Triton kernel cannot slice; the sums of one number and zeros are exact, so both
