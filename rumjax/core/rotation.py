@@ -108,6 +108,15 @@ def _fallback(u, in_kernel: bool = False):
       jnp.where(sq > 0, sq, 1.0)), 0.0)
 
 
+def inverse_norms(a, b):
+  """``(1/|a|, 1/|b|, ok)`` along the last axis, ``ok = a != 0 and b != 0``; both inverses
+  are 0 where not ok (then eq. (1) is the identity). The first pass of :func:`_two_passes`."""
+  sq_a, sq_b = _dot(a, a), _dot(b, b)
+  ok = (sq_a > 0) & (sq_b > 0)
+  inverse = lambda sq: jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0)
+  return inverse(sq_a), inverse(sq_b), ok
+
+
 class _Passes(NamedTuple):
   """The numbers of eq. (1) from two passes over ``a`` and ``b`` (:func:`_two_passes`)."""
   ok: jax.Array      # a != 0 and b != 0
@@ -138,11 +147,8 @@ def _two_passes(a, b, h=None):
   (Until issue 45 these were five passes in sequence: the norms, ``cos = u.b^``, ``u.p``,
   ``|p'|`` and, in the step, ``U^T h``; each is a fused operation of its own on XLA:CPU.)
   """
-  pairs = ((a, a), (b, b), (a, b)) + (((a, h), (b, h)) if h is not None else ())
-  sq_a, sq_b, ab, *h_dots = (_dot(x, y) for x, y in pairs)
-  ok = (sq_a > 0) & (sq_b > 0)
-  inv_a = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_a, 1.0)), 0.0)
-  inv_b = jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_b, 1.0)), 0.0)
+  inv_a, inv_b, ok = inverse_norms(a, b)
+  ab, *h_dots = (_dot(x, y) for x, y in ((a, b),) + (((a, h), (b, h)) if h is not None else ()))
   c0 = ab * inv_a * inv_b
   u = a * inv_a[..., None]
   p = b * inv_b[..., None] - c0[..., None] * u

@@ -64,7 +64,7 @@ import jax.numpy as jnp
 
 from rumjax.core.precision import HIGHEST, at_least_float32, resolve_precision
 from rumjax.core.rotation import (RotationPlane, apply_plane, first_coordinates,
-                                  rotate_two_pass, rotation_plane)
+                                  inverse_norms, rotate_two_pass, rotation_plane)
 
 Array = jax.Array
 
@@ -89,10 +89,7 @@ def _rotate(tau, e, h, in_kernel=False):
 
 def _inverse_norms(tau, e):
   """``(1/|e|, 1/|tau|)``, both 0 unless ``e != 0`` and ``tau != 0`` (the identity)."""
-  sq_e, sq_t = jnp.sum(e * e, axis=-1), jnp.sum(tau * tau, axis=-1)
-  ok = (sq_e > 0) & (sq_t > 0)
-  return (jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_e, 1.0)), 0.0),
-          jnp.where(ok, jax.lax.rsqrt(jnp.where(ok, sq_t, 1.0)), 0.0))
+  return inverse_norms(e, tau)[:2]
 
 
 def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=False,
