@@ -67,6 +67,7 @@ def test_kernel_candidates_name_kernel_scan_options():
   assert cells.kernel_options("kernel_r32_w16_sp") == dict(rows=32, num_warps=16,
                                                            save_plane=True)
   assert cells.kernel_options("kernel_bb16") == dict(block=16)
+  assert cells.kernel_options("kernel_wr0_r0") == dict(w_rows=None, rows=None)   # whole
   assert cells.kernel_options("kernel") is None and cells.kernel_options("unroll8") is None
 
 

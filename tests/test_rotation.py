@@ -10,7 +10,7 @@ enable_x64 = lambda: jax.enable_x64(True)
 from jax.test_util import check_grads
 
 from rumjax import rotate, rotation_matrix
-from rumjax.core.rotation import rotate_two_pass
+from rumjax.core.rotation import rotate_two_pass, rotation_plane
 from tests.reference import rotation_eq1
 
 
@@ -207,4 +207,61 @@ def test_orthogonal_up_to_and_through_antiparallel(jit):
   np.testing.assert_allclose(r @ np.swapaxes(r, -1, -2),
                              np.broadcast_to(np.eye(7), r.shape), atol=1e-6)
   unit = lambda x: np.asarray(x, np.float64) / np.linalg.norm(x, axis=-1, keepdims=True)
+  np.testing.assert_allclose(np.einsum("bij,bj->bi", r, unit(a)), unit(b), atol=1e-5)
+
+
+def _matrix_of(plane):
+  """``1 + U M U^T`` from a plane, in float64 numpy (an explicit matrix, eq. (1))."""
+  u, q = np.asarray(plane.u, np.float64), np.asarray(plane.q, np.float64)
+  m = np.asarray(np.stack([np.stack([plane.m_uu, plane.m_uq], -1),
+                           np.stack([plane.m_qu, plane.m_qq], -1)], -2), np.float64)
+  basis = np.stack([u, q], -1)
+  return np.eye(u.shape[-1]) + basis @ m @ np.swapaxes(basis, -1, -2)
+
+
+def test_kernel_plane_is_eq1():
+  """``rotation_plane(in_kernel=True)`` (as the Triton kernel computes it: masked sums, not
+  slices, for the fallback's coordinates) against eq. (1)'s matrix, float64, both branches."""
+  with enable_x64():
+    a, b = _random(30, 8, 7), _random(31, 8, 7)
+    b[:4] = -b[:4] - 3 * a[:4]                       # cos <= 0 for the first four
+    r = _matrix_of(rotation_plane(jnp.asarray(a), jnp.asarray(b), in_kernel=True))
+    for i in range(8):
+      np.testing.assert_allclose(r[i], rotation_eq1(a[i], b[i]), atol=1e-12)
+
+
+@pytest.mark.parametrize("case", sorted(DEGENERATE))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_kernel_plane_degenerate(case, dtype):
+  """The kernel's plane through the degenerate inputs: orthogonal, det +1, the identity where
+  documented, a^ -> b^ through anti-parallel, and the XLA path's plane to rounding."""
+  with enable_x64():
+    a, b = DEGENERATE[case](jnp.asarray(_random(5, 6), dtype), jnp.asarray(_random(6, 6), dtype))
+    plane = rotation_plane(a, b, in_kernel=True)
+    assert plane.u.dtype == dtype
+    r = _matrix_of(plane)
+    tol = 1e-5 if dtype == jnp.float32 else 1e-12
+    np.testing.assert_allclose(r @ r.T, np.eye(6), atol=tol)
+    np.testing.assert_allclose(np.linalg.det(r), 1.0, atol=tol)
+    if case in ("parallel", "a_zero", "b_zero", "both_zero"):
+      np.testing.assert_allclose(r, np.eye(6), atol=tol)
+    if case.startswith("antiparallel"):
+      np.testing.assert_allclose(r @ _unit(np.asarray(a, np.float64)),
+                                 _unit(np.asarray(b, np.float64)), atol=tol)
+    np.testing.assert_allclose(r, _matrix_of(rotation_plane(a, b)), atol=tol)
+
+
+def test_kernel_plane_orthogonal_through_antiparallel():
+  """As test_orthogonal_up_to_and_through_antiparallel, for the kernel's plane (float32)."""
+  rng = np.random.default_rng(26)
+  deltas = np.array([0.0, 1e-9, 1e-7, 1e-6, 3e-6, 1e-5, 1e-4, 1e-3, 1e-1])
+  a = rng.normal(size=(len(deltas), 7))
+  b = -a * rng.uniform(0.5, 2.0, size=(len(deltas), 1)) + deltas[:, None] * rng.normal(
+      size=a.shape)
+  plane = jax.jit(lambda a, b: rotation_plane(a, b, in_kernel=True))(
+      jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  r = _matrix_of(plane)
+  np.testing.assert_allclose(r @ np.swapaxes(r, -1, -2),
+                             np.broadcast_to(np.eye(7), r.shape), atol=1e-6)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
   np.testing.assert_allclose(np.einsum("bij,bj->bi", r, unit(a)), unit(b), atol=1e-5)

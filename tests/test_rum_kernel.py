@@ -23,12 +23,13 @@ from jax import export
 
 import tasks
 from rumjax import sharding
+from rumjax.benchmarks import kernel_resources
 from rumjax.core import rum, rum_fast, rum_kernel
 from rumjax.core.rum import init_rum_params, rum_scan
 
 F32_TOL = 1e-5
 BF16_TOL = 5e-2
-TRITON = "__gpu$xla.gpu.triton"
+TRITON = kernel_resources.TRITON_CALL
 
 
 def _problem(lam, nh, nx=3, batch=2, steps=4, dtype=jnp.float32, seed=0):
@@ -300,12 +301,14 @@ def sharded_kernel_report(lams=(0, 1)):
       got = _value_and_grads("kernel", lam, kw, params, xs, carry)[1:]
     out[f"lam{lam}"] = max(_max_rel(a, b) for a, b in zip(jax.tree.leaves(ref),
                                                             jax.tree.leaves(got)))
-  with jax.set_mesh(mesh):
-    xs = jax.device_put(jnp.zeros((8, 6, 3)), sharding.batch_sharding(mesh))
-    params = init_rum_params(jax.random.key(0), 3, 20)
-    loss = lambda p, x: jnp.sum(rum_scan(p, x, lam=1, impl="kernel")[1] ** 2)
-    module = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"], disabled_checks=[
-        export.DisabledSafetyCheck.custom_call(TRITON)])(params, xs).mlir_module()
+  # Lowered for two GPUs (an abstract mesh: jax 0.11 lowers Triton only for a GPU it knows).
+  gpus = kernel_resources.cuda_mesh(mesh.axis_sizes, mesh.axis_names)
+  rows = jax.sharding.NamedSharding(gpus, jax.sharding.PartitionSpec(sharding.DATA))
+  xs = jax.ShapeDtypeStruct((8, 6, 3), jnp.float32, sharding=rows)
+  params = init_rum_params(jax.random.key(0), 3, 20)
+  loss = lambda p, x: jnp.sum(rum_scan(p, x, lam=1, impl="kernel")[1] ** 2)
+  module = kernel_resources.export_for_cuda(jax.grad(loss), params, xs,
+                                            mesh=gpus).mlir_module()
   out["triton_calls"] = module.count(TRITON + "(")
   out["per_shard_operand"] = "tensor<6x4x32xf32>" in module      # <T, B / 2, Np>
   out["gathers"] = "all_gather" in module or "all-gather" in module
@@ -374,10 +377,10 @@ def _lower_training_step(platform, lam, batch, steps, nx, nh, dtype, block=None,
                                      block=block or 1, **options)
     return jnp.sum(hs.astype(jnp.float32)**2)
 
-  step = jax.jit(jax.grad(loss, argnums=(0, 1)))
-  checks = [export.DisabledSafetyCheck.custom_call(TRITON)]
-  exported = export.export(step, platforms=[platform], disabled_checks=checks)(params, xs)
-  return exported.mlir_module()
+  step = jax.grad(loss, argnums=(0, 1))
+  if platform == "cuda":
+    return kernel_resources.export_for_cuda(step, params, xs).mlir_module()
+  return export.export(jax.jit(step), platforms=[platform])(params, xs).mlir_module()
 
 
 # The shapes the benchmark and the auto selection use (recall, copying), both dtypes.
@@ -413,9 +416,7 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
   def loss(params):
     return task.loss_and_metrics(model.apply(params, batch, train=False), batch)[0]
 
-  checks = [export.DisabledSafetyCheck.custom_call(TRITON)]
-  module = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"],
-                         disabled_checks=checks)(params).mlir_module()
+  module = kernel_resources.export_for_cuda(jax.grad(loss), params).mlir_module()
   assert module.count(TRITON + "(") == 2
 
 

@@ -9,7 +9,7 @@ kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the ker
 Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
 examples per program, ``h W`` as a tensor-core product), ``_kernel_sp`` (the backward
 kernel reads the forward's planes, ``save_plane=True``), ``_kernel_r<k>`` (R, Q and W
-streamed by blocks of k rows, ``rows=k``), ``_kernel_wr<k>`` (W alone, ``w_rows=k``), ``_kernel_wc`` (``w_columns=True``),
+streamed by blocks of k rows, ``rows=k``; ``_r0``: held whole), ``_kernel_wr<k>`` (W alone, ``w_rows=k``; ``_wr0``: whole), ``_kernel_wc`` (``w_columns=True``),
 ``_kernel_t`` (``transposed=True``: sums along
 rows), ``_kernel_pf`` (``prefetch=True``), options joined by ``_`` (``rum1_kernel_t_pf``),
 or ``_unroll8`` (the XLA scan with ``lax.scan(unroll=8)``, a cheap lever against the
@@ -64,8 +64,8 @@ KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "wr": "w_rows",
 
 def kernel_options(variant):
   """``{kernel_scan keyword: value}`` of a variant ``kernel_<opt>[_<opt>...]``, each
-  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr) or alone (sp, t, pf, wc); None
-  if ``variant`` is not one."""
+  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr; ``r0``, ``wr0``: held whole,
+  not streamed) or alone (sp, t, pf, wc); None if ``variant`` is not one."""
   if not variant.startswith("kernel_"):
     return None
   options = {}
@@ -73,7 +73,9 @@ def kernel_options(variant):
     name = token.rstrip("0123456789")
     if name not in KERNEL_OPTIONS or (name in ("w", "bb", "r", "wr")) == (name == token):
       return None
-    options[KERNEL_OPTIONS[name]] = int(token[len(name):]) if name != token else True
+    value = int(token[len(name):]) if name != token else True
+    # r0, wr0: held whole (None), where the default streams them
+    options[KERNEL_OPTIONS[name]] = None if value == 0 and name in ("r", "wr") else value
   return options
 
 

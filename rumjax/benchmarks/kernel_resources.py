@@ -30,6 +30,30 @@ import jax
 from jax import export
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
+# The GPU that a lowering for CUDA targets where there is none: jax 0.11's Triton lowering
+# reads the compute capability from the abstract mesh's device and fails without a GPU
+# ("No supported GPU devices found"); jax 0.10 assumes sm_90. An H100 (sm_90) on both.
+CUDA_TARGET = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3",
+                                          num_cores=132, platform="cuda")
+
+
+def cuda_mesh(axis_sizes=(), axis_names=()) -> jax.sharding.AbstractMesh:
+  """An abstract mesh of :data:`CUDA_TARGET` devices (none by default), for
+  :func:`export_for_cuda` and for the shardings of its arguments. Its axes are ``Auto``, as
+  those of :func:`rumjax.sharding.make_mesh` (jax 0.11's ``AbstractMesh`` defaults to
+  ``Explicit``, which a ``shard_map`` then checks its inputs against)."""
+  auto = (jax.sharding.AxisType.Auto,) * len(axis_names)
+  return jax.sharding.AbstractMesh(tuple(axis_sizes), tuple(axis_names), auto,
+                                   abstract_device=CUDA_TARGET)
+
+
+def export_for_cuda(fn, *args, mesh=None) -> export.Exported:
+  """``jax.export`` of ``jax.jit(fn)(*args)`` for CUDA, on any machine: the Triton calls
+  allowed, under ``mesh`` (:func:`cuda_mesh`; default one without axes) so that Pallas
+  lowers for :data:`CUDA_TARGET` with or without a GPU here (jax 0.10 and 0.11)."""
+  checks = [export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+  with jax.sharding.use_abstract_mesh(cuda_mesh() if mesh is None else mesh):
+    return export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=checks)(*args)
 
 
 def triton_modules(fn, *args) -> list[str]:
@@ -47,8 +71,7 @@ def triton_modules(fn, *args) -> list[str]:
   registration.lowering.lower_jaxpr_to_triton_module = record
   jax.clear_caches()          # a cached lowering would not pass through ``record``
   try:
-    checks = [export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
-    export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=checks)(*args)
+    export_for_cuda(fn, *args)
   finally:
     registration.lowering.lower_jaxpr_to_triton_module = lower
   return modules

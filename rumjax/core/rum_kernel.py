@@ -43,9 +43,11 @@ XLA path's state is, and ``hs`` is returned in bfloat16.
 
 Memory. Up to a padded Nh of :data:`STREAM_ABOVE` (128) one example's ``R`` (and ``Q``)
 is held in registers across the steps; above it ``R``, ``Q`` and ``W_hh`` live in memory
-and each step reads and writes them by blocks of :data:`STREAM_ROWS` rows (at Np 256 one
-``R`` is 256 KB, a whole register file). ``lam=0`` issues each step's loads a step early
-(``prefetch``). Both defaults were measured on an H100 (RESULTS.md).
+and each step reads and writes them by blocks of :data:`STREAM_ROWS` rows (64 for
+``lam=0``, 32 for ``lam=1``; at Np 256 one ``R`` is 256 KB, a whole register file). From
+a padded Nh of 128 the backward kernel reads ``W_hh`` by blocks of :data:`W_ROWS` rows.
+``lam=0`` issues each step's loads a step early (``prefetch``). The defaults were measured
+on an H100 (RESULTS.md).
 
 Options of :func:`kernel_scan` for tuning, opt-in (slower where measured): ``num_warps``;
 ``block`` (``lam=0``: a block of examples per program, ``h W_hh`` as one tensor-core
@@ -422,11 +424,14 @@ def _shape(kind, n_steps, batch, np_, dtype):
 
 
 # The defaults, from an H100 (RESULTS.md, "RUM's speed"): padded sizes above STREAM_ABOVE
-# stream R, Q and W by blocks of STREAM_ROWS rows (Np 256: lam=0 24 ms a step instead of
-# 500, lam=1 253 instead of 883); lam=0 prefetches (copying: 4.74 ms instead of 5.27);
-# lam=1 does not (10.25 against 9.51).
+# stream R, Q and W by blocks of STREAM_ROWS[lam] rows (Np 256: lam=0 24 ms a step instead
+# of 500, lam=1 253 instead of 883; lam=0 22.8 ms with 64 rows against 24.8 with 32); lam=0
+# prefetches (copying: 4.74 ms instead of 5.27); lam=1 does not (10.25 against 9.51). Below,
+# from a padded Nh of W_ROWS_FROM, the backward kernel reads W_hh by blocks of W_ROWS rows
+# (copying, session 24: lam=0 4.96 ms against 5.24 whole, lam=1 8.74 against 9.28).
 STREAM_ABOVE = 128
-STREAM_ROWS = 32
+STREAM_ROWS = {0: 64, 1: 32}
+W_ROWS, W_ROWS_FROM = 64, 128
 
 
 def num_warps(np_: int) -> int:
@@ -606,7 +611,7 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   held whole in registers (per example and step, ``R`` and ``Q`` are read and written once
   there, mostly in L2): for a padded Nh whose <Np, Np> tiles do not fit a program's
   registers (Np = 256: one R is 256 KB, a register file; an H100 ran lam=0 20x and lam=1
-  4.4x faster so than in registers); the same values up to the order of the sums (``rum{0,1}_kernel_r<k>``). ``"auto"``: :data:`STREAM_ROWS` above a padded
+  4.4x faster so than in registers); the same values up to the order of the sums (``rum{0,1}_kernel_r<k>``). ``"auto"``: :data:`STREAM_ROWS` ``[lam]`` above a padded
   Nh of :data:`STREAM_ABOVE`, else None (in registers). ``transposed``: the forward kernel reads
   ``W_hh^T`` and the backward kernel (``R`` in registers) holds ``R^T``, so that ``h W`` and
   ``R_{t-1}^T [w, Q u, Q q]`` are sums along rows (within a warp in Triton's layouts)
@@ -619,13 +624,16 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   ``"auto"``: as ``rows``): the backward kernel reads ``W_hh`` by blocks of ``w_rows``
   rows, so that the weights hold no registers there, where the cotangents (and for
   ``lam=1`` R and Q) compete for them (``rum{0,1}_kernel_wr<k>``; the forward kernel
-  streams W with ``rows`` only). Compiled for sm_90 here, ``w_rows=64`` takes lam=0's
-  backward kernel at copying from 888 bytes of spills per thread to none with two fewer
-  barriers (``launch.kernel_resources``); not yet timed on a GPU. ``w_columns`` (with
-  ``rows``): the forward kernel reads ``W_hh`` by blocks of columns, each giving a block
-  of ``h W`` from the whole ``h``, instead of by blocks of rows, which must first cut ``h``
-  into blocks (a masked sum each): for sm_90, lam=0 at Nh 256 130 -> 92 barriers and
-  255 -> 177 registers a step (``rum{0,1}_kernel_wc``); not yet timed on a GPU.
+  streams W with ``rows`` only). ``"auto"``: ``rows`` where set, else :data:`W_ROWS` from
+  a padded Nh of :data:`W_ROWS_FROM` (compiled for sm_90 here, lam=0's backward kernel at
+  copying then spills no bytes per thread instead of 888, ``launch.kernel_resources``; on
+  an H100 lam=0 4.96-5.17 ms against 5.24-5.42 with W whole, lam=1 8.74-8.79 against
+  9.28-9.34). ``w_columns`` (with ``rows``): the forward kernel reads ``W_hh`` by blocks
+  of columns, each giving a block of ``h W`` from the whole ``h``, instead of by blocks of
+  rows, which must first cut ``h`` into blocks (a masked sum each): for sm_90, lam=0 at
+  Nh 256 130 -> 92 barriers and 255 -> 177 registers a step (``rum{0,1}_kernel_wc``); on
+  an H100 at Nh 256 lam=0 23.2 ms against 24.8 with rows=32 (64 rows, now lam=0's default:
+  22.8), lam=1 202.7 against 202.1.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -636,12 +644,13 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   if block != 1 and (lam != 0 or block < 16 or block & (block - 1)):
     raise ValueError(f"block={block!r}: a block of examples per program needs lam=0 (lam=1 "
                      "keeps each example's R on chip) and a power of 2 >= 16.")
+  np_ = padded_size(nh)
   if rows == "auto":
-    rows = STREAM_ROWS if padded_size(nh) > STREAM_ABOVE and block == 1 else None
+    rows = STREAM_ROWS[lam] if np_ > STREAM_ABOVE and block == 1 else None
   if prefetch == "auto":
     prefetch = lam == 0
   if w_rows == "auto":
-    w_rows = rows
+    w_rows = rows or (W_ROWS if np_ >= W_ROWS_FROM and block == 1 else None)
   for name, value in (("rows", rows), ("w_rows", w_rows)):
     if value is not None and (value < 1 or value & (value - 1) or block != 1):
       raise ValueError(f"{name}={value!r} must be a power of 2, with block=1 (a block of "
