@@ -210,6 +210,27 @@ def test_kernel_streaming_the_weights_matches_fast_path(lam, nh, impl):
   _compare(lam, kw, _problem(lam, nh, steps=3), F32_TOL, impl=impl)
 
 
+# q_rows: lam=1's backward streams Q (dL/dR) by blocks of rows and keeps R in registers.
+@pytest.mark.parametrize("nh,steps,impl", [
+    (5, 3, "kernel+q_rows4"),                                # two blocks of Np 8
+    pytest.param(5, 3, "kernel+q_rows4+prefetch+transposed", marks=pytest.mark.slow),
+    pytest.param(100, 3, "kernel+q_rows32+w_rows64", marks=pytest.mark.slow),
+    pytest.param(5, 1, "kernel+q_rows16", marks=pytest.mark.slow),   # one block, T 1
+])
+def test_kernel_streaming_q_matches_fast_path(nh, steps, impl):
+  kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
+  _compare(1, kw, _problem(1, nh, steps=steps), F32_TOL, impl=impl)
+
+
+@pytest.mark.parametrize("lam,options", [(0, dict(q_rows=4)), (1, dict(q_rows=4, rows=4)),
+                                         (1, dict(q_rows=6))])
+def test_kernel_refuses_q_rows_it_cannot_stream(lam, options):
+  params, xs, carry = _problem(lam, 5)
+  with pytest.raises(ValueError, match="q_rows="):
+    rum_kernel.kernel_scan(params, xs, carry, lam=lam, eta=None, activation=jax.nn.relu,
+                           update_gate=True, **options)
+
+
 @pytest.mark.slow
 def test_kernel_streaming_rows_bfloat16_policy():
   kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
@@ -444,6 +465,13 @@ def test_kernel_reading_the_saved_planes_lowers_for_cuda(lam):
 ])
 def test_kernel_streaming_rows_lowers_for_cuda(lam, nh, rows, dtype):
   module = _lower_training_step("cuda", lam, 128, 520, 64, nh, dtype, rows=rows)
+  assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.slow
+def test_kernel_streaming_q_lowers_for_cuda():
+  """lam=1 at copying with Q streamed by blocks of 32 rows (R in registers)."""
+  module = _lower_training_step("cuda", 1, 128, 520, 10, 100, jnp.float32, q_rows=32)
   assert module.count(TRITON + "(") == 2
 
 

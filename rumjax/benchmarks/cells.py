@@ -9,9 +9,10 @@ kernel; Pallas's interpret mode, very slow, off GPUs), ``_kernel_w<k>`` (the ker
 Triton warps per program, for tuning its launch on a GPU), ``_kernel_bb<k>`` (``rum0``: k
 examples per program, ``h W`` as a tensor-core product), ``_kernel_sp`` (the backward
 kernel reads the forward's planes, ``save_plane=True``), ``_kernel_r<k>`` (R, Q and W
-streamed by blocks of k rows, ``rows=k``; ``_r0``: held whole), ``_kernel_wr<k>`` (W alone, ``w_rows=k``; ``_wr0``: whole), ``_kernel_wc`` (``w_columns=True``),
-``_kernel_t`` (``transposed=True``: sums along
-rows), ``_kernel_pf`` (``prefetch=True``), options joined by ``_`` (``rum1_kernel_t_pf``),
+streamed by blocks of k rows, ``rows=k``; ``_r0``: held whole), ``_kernel_wr<k>`` (W
+alone, ``w_rows=k``; ``_wr0``: whole), ``_kernel_qr<k>`` (lam=1's Q alone, ``q_rows=k``),
+``_kernel_wc`` (``w_columns=True``), ``_kernel_t`` (``transposed=True``: sums along rows),
+``_kernel_pf`` (``prefetch=True``), options joined by ``_`` (``rum1_kernel_t_pf``),
 or ``_unroll8`` (the XLA scan with ``lax.scan(unroll=8)``, a cheap lever against the
 per-step cost of XLA's while loop).
 
@@ -58,20 +59,20 @@ CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "
               + tuple(f"rum{lam}_kernel_{o}" for lam in (0, 1) for o in ("sp", "t", "pf"))
               + torch_anchor.KINDS)
 # The kernel's options by their candidate suffixes (kernel_scan's keyword arguments).
-KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "wr": "w_rows",
+KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "wr": "w_rows", "qr": "q_rows",
                   "sp": "save_plane", "t": "transposed", "pf": "prefetch", "wc": "w_columns"}
 
 
 def kernel_options(variant):
   """``{kernel_scan keyword: value}`` of a variant ``kernel_<opt>[_<opt>...]``, each
-  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr; ``r0``, ``wr0``: held whole,
+  ``<opt>`` a key of KERNEL_OPTIONS with a number (w, bb, r, wr, qr; ``r0``, ``wr0``: whole,
   not streamed) or alone (sp, t, pf, wc); None if ``variant`` is not one."""
   if not variant.startswith("kernel_"):
     return None
   options = {}
   for token in variant.removeprefix("kernel_").split("_"):
     name = token.rstrip("0123456789")
-    if name not in KERNEL_OPTIONS or (name in ("w", "bb", "r", "wr")) == (name == token):
+    if name not in KERNEL_OPTIONS or (name in ("w", "bb", "r", "wr", "qr")) == (name == token):
       return None
     value = int(token[len(name):]) if name != token else True
     # r0, wr0: held whole (None), where the default streams them

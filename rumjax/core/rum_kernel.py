@@ -103,6 +103,7 @@ class _Cfg(NamedTuple):
   prefetch: bool = False        # step t's loads issued at the start of step t - 1
   w_rows: Optional[int] = None  # the backward's W_hh streamed by blocks of rows (None: whole)
   w_columns: bool = False       # the forward's streamed W_hh by blocks of columns, not rows
+  q_rows: Optional[int] = None  # lam=1 backward: Q streamed by blocks of rows, R in registers
 
 
 # ------------------------------------------------------------- per-example algebra
@@ -183,7 +184,7 @@ def _w_d(cfg: _Cfg, w_ref, d, rows):
 
 def _copy(cfg: _Cfg, src_ref, dst_ref):
   """``dst = src`` (<Np, Np>) block by block of rows."""
-  for s, _ in _blocks_of(cfg.rows, src_ref.shape[-1]):
+  for s, _ in _blocks_of(cfg.rows or cfg.q_rows, src_ref.shape[-1]):
     dst_ref[s, :] = src_ref[s, :].astype(F32)
 
 
@@ -226,6 +227,29 @@ def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
   du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
   dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
   return dx, du, dq, tuple(jnp.sum(d) for d in dms)
+
+
+def _stream_q(cfg: _Cfg, q_ref, ru_ref, rq_ref, t, p, x, w):
+  """The backward step's ``Q`` part with ``Q_t`` in ``q_ref`` (out: ``Q_{t-1}``) and ``R``
+  in registers (``q_rows``), block by block of rows, the same algebra as the in-register
+  branch of :func:`_backward_kernel`; returns ``(Q u, Q q, G^T u, G^T q, dms)``."""
+  np_ = q_ref.shape[-1]
+  rows = min(cfg.q_rows, np_)
+  col_u, col_q = rum_fast._m_cols(p)
+  gu = gq = jnp.zeros((np_,), F32)
+  dms = (jnp.zeros((rows,), F32),) * 4        # summed over the rows once, after the blocks
+  qus, qqs = [], []
+  for s, c in _blocks_of(rows, np_):
+    ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
+    qm = q_ref[s, :]
+    qu, qq = _mv(qm, p.u), _mv(qm, p.q)
+    gu, gq = gu + _vm(ru, qm), gq + _vm(rq, qm)              # G^T u, G^T q
+    dms = tuple(d + a * b for d, (a, b) in
+                zip(dms, ((ru, qu), (ru, qq), (rq, qu), (rq, qq))))
+    q_ref[s, :] = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(_take(w, c, rows), x)
+    qus.append(qu)
+    qqs.append(qq)
+  return _put(qus), _put(qqs), gu, gq, tuple(jnp.sum(d) for d in dms)
 
 
 def _head_cfg(cfg: _Cfg, np_: int):
@@ -359,8 +383,12 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
     if in_registers:
       ru, rq = saved["ru"], saved["rq"]
       row_u, row_q = rum_fast._m_rows(p)
-      qu, qq = _mv(q, p.u), _mv(q, p.q)
-      gu, gq = _vm(ru, q), _vm(rq, q)                       # G^T u, G^T q
+      if cfg.q_rows:                                        # Q in memory (dr0_ref)
+        qu, qq, gu, gq, dms = _stream_q(cfg, dr0_ref, ru_ref, rq_ref, t, p, x, w)
+      else:
+        qu, qq = _mv(q, p.u), _mv(q, p.q)
+        gu, gq = _vm(ru, q), _vm(rq, q)                     # G^T u, G^T q
+        dms = tuple(jnp.sum(a * b) for a, b in ((ru, qu), (ru, qq), (rq, qu), (rq, qq)))
       if cfg.transposed:                                    # r holds R^T: sums along rows
         r = r - _outer(row_u, ru) - _outer(row_q, rq)       # R_{t-1}^T = Rot_t R_t^T
         dx, v1, v2 = _mv(r, w), _mv(r, qu), _mv(r, qq)      # R_{t-1}^T [w, Q u, Q q]
@@ -369,9 +397,9 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
         dx, v1, v2 = _vm(w, r), _vm(qu, r), _vm(qq, r)
       du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
       dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
-      dms = tuple(jnp.sum(a * b) for a, b in ((ru, qu), (ru, qq), (rq, qu), (rq, qq)))
-      col_u, col_q = rum_fast._m_cols(p)
-      q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
+      if not cfg.q_rows:
+        col_u, col_q = rum_fast._m_cols(p)
+        q = q + _outer(qu, col_u) + _outer(qq, col_q) + _outer(w, x)   # Q_{t-1}
     elif lam:
       dx, du, dq, dms = _stream_backward(cfg, rw_ref[0], dr0_ref, ru_ref, rq_ref, t, p, x, w)
     else:
@@ -390,12 +418,14 @@ def _backward_kernel(cfg: _Cfg, tau_ref, upre_ref, e_ref, hs_ref, h0_ref, g_ref,
   dh = dhT_ref[...].astype(F32)
   if lam and cfg.rows:
     _copy(cfg, rT_ref, rw_ref[0])
+  if lam and (cfg.rows or cfg.q_rows):
     _copy(cfg, qT_ref, dr0_ref)
-  carry = (rT_ref[...], qT_ref[...], dh) if in_registers else dh
+  q_carried = in_registers and not cfg.q_rows
+  carry = (rT_ref[...], qT_ref[...] if q_carried else None, dh) if in_registers else dh
   carry = _time_loop(cfg, n_steps, inputs, step, carry)
-  if in_registers:
-    dr0_ref[...], carry = carry[1], carry[2]
-  dh0_ref[...] = carry
+  if q_carried:
+    dr0_ref[...] = carry[1]
+  dh0_ref[...] = carry[2] if in_registers else carry
 
 
 # --------------------------------------------------------------------- pallas_call
@@ -588,7 +618,8 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
                 activation: Callable, update_gate: bool, precision=None,
                 num_warps: Optional[int] = None, block: int = 1,
                 save_plane: bool = False, rows="auto", transposed: bool = False,
-                prefetch="auto", w_rows="auto", w_columns: bool = False):
+                prefetch="auto", w_rows="auto", w_columns: bool = False,
+                q_rows: Optional[int] = None):
   """The RUM recurrence over a time-major input in two fused kernels (forward, backward).
 
   Arguments and results as :func:`rumjax.core.rum_fast.fast_scan` (without ``unroll`` and
@@ -633,7 +664,12 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
   rows, which must first cut ``h`` into blocks (a masked sum each): for sm_90, lam=0 at
   Nh 256 130 -> 92 barriers and 255 -> 177 registers a step (``rum{0,1}_kernel_wc``); on
   an H100 at Nh 256 lam=0 23.2 ms against 24.8 with rows=32 (64 rows, now lam=0's default:
-  22.8), lam=1 202.7 against 202.1.
+  22.8), lam=1 202.7 against 202.1. ``q_rows`` (a power of 2, ``lam=1`` with R in
+  registers): the backward kernel keeps ``R`` in registers and streams ``Q = dL/dR``
+  through memory by blocks of ``q_rows`` rows (one read and one write of Q per step), so
+  that one <Np, Np> tile instead of two competes for the registers (copying: R and Q are
+  2 x 64 KB per example, the register file 256 KB); the same values up to the order of the
+  sums (``rum1_kernel_qr<k>``); not yet timed on a GPU.
   """
   if lam not in (0, 1):
     raise ValueError(f"the RUM kernel runs lam 0 and 1; got lam={lam!r} (use impl='fast').")
@@ -651,13 +687,16 @@ def kernel_scan(params, xs, carry0, *, lam: int, eta: Optional[float],
     prefetch = lam == 0
   if w_rows == "auto":
     w_rows = rows or (W_ROWS if np_ >= W_ROWS_FROM and block == 1 else None)
-  for name, value in (("rows", rows), ("w_rows", w_rows)):
+  for name, value in (("rows", rows), ("w_rows", w_rows), ("q_rows", q_rows)):
     if value is not None and (value < 1 or value & (value - 1) or block != 1):
       raise ValueError(f"{name}={value!r} must be a power of 2, with block=1 (a block of "
                        "examples holds h W as one product).")
+  if q_rows is not None and (lam != 1 or rows is not None):
+    raise ValueError(f"q_rows={q_rows!r} streams lam=1's Q with R in registers; got lam={lam} "
+                     f"and rows={rows!r} (rows streams R and Q already; leave q_rows None).")
   cfg = _Cfg(head, nh, jnp.dtype(xs.dtype), num_warps, block, bool(save_plane),
              resolve_precision(precision), rows, bool(transposed), bool(prefetch), w_rows,
-             bool(w_columns))
+             bool(w_columns), q_rows)
   p = (params["kernel_x"], params["bias"], params["kernel_h"])
   shards = sharding.context_batch_shards()
   if shards > 1:
