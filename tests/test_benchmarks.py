@@ -146,11 +146,14 @@ def test_a_candidate_slower_than_max_step_ms_is_not_repeated(monkeypatch):
 
 
 def test_time_alternated_sets_times_and_median():
-  runs = {name: (lambda x: x + 1, (jnp.zeros(2),)) for name in ("a", "b")}
+  calls = []
+  run = lambda name: (lambda x: calls.append(name) or x + 1, (jnp.zeros(2),))
+  runs = {name: run(name) for name in ("a", "b")}
   rows = {"a": {}, "b": {}}
   timing.time_alternated(runs, rows, repeats=3)
   for r in rows.values():
     assert len(r["times_ms"]) == 3 and r["ms"] == sorted(r["times_ms"])[1]
+  assert calls == ["a", "a", "b", "b"] * 3       # alternated; each timed after its own call
 
 
 def test_peak_rss_is_positive():

@@ -52,13 +52,18 @@ def compile_and_run(f, *args):
 
 
 def time_alternated(runs, rows, repeats):
-  """Runs every ``runs[name] = (compiled, args)`` once per round for ``repeats`` rounds
+  """Runs every ``runs[name] = (compiled, args)`` in turn for ``repeats`` rounds
   (alternated, so the candidates share the machine's state); sets ``rows[name]``'s
-  ``times_ms`` and their median ``ms``."""
+  ``times_ms`` and their median ``ms``.
+
+  In each round a candidate runs twice and the second run is timed: the step a training
+  loop repeats, not the first call after another program (on an H100 a JAX step timed
+  right after PyTorch's took up to 0.1 ms longer; RESULTS.md, session 24)."""
   for r in rows.values():
     r["times_ms"] = []
   for _ in range(repeats):
     for name, (compiled, args) in runs.items():
+      jax.block_until_ready(compiled(*args))
       t0 = time.perf_counter()
       jax.block_until_ready(compiled(*args))
       rows[name]["times_ms"].append(1e3 * (time.perf_counter() - t0))
