@@ -59,7 +59,13 @@ Platforms. The kernels are Pallas kernels lowered per platform
 (``jax.lax.platform_dependent``): on CUDA through Triton (``pallas.triton.CompilerParams``;
 deprecated in jax 0.11 but working in 0.10 and 0.11; the Mosaic GPU lowering wants a
 rewrite with ``plgpu.kernel``), everywhere else in Pallas's interpret mode (slow; for tests
-on a CPU). ``tests/test_rum_kernel.py`` checks values and gradients against the fast path in
+on a CPU). (A Mosaic GPU probe of lam=1's step, session 24, jax 0.10.2: R in registers in
+the WGMMA layout, row sums, rank-1 updates, a vector moved from the row to the column
+layout through shared memory, lowers for CUDA here, but matrices must be staged through
+shared memory (``plgpu.load`` from GMEM: "Only optimized transfers to SMEM supported"),
+and its GPU interpret mode cannot run it on a CPU (``plgpu.load`` with a layout fails in
+the interpreter's abstract evaluation; ``layout_cast`` has no CPU rule), so a port could
+not be tested here against the XLA path as this one is.) ``tests/test_rum_kernel.py`` checks values and gradients against the fast path in
 interpret mode and the CUDA lowering with ``jax.export``.
 """
 
