@@ -207,6 +207,17 @@ def _stream_forward(cfg: _Cfg, r_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, ro
   return _put(parts)
 
 
+def _q_block(qm, ru, rq, wc, p, x, col_u, col_q):
+  """One block of rows of ``Q_t = dL/dR_t`` (``qm``) in the lam=1 backward step, with the
+  same rows of ``R_{t-1} u``, ``R_{t-1} q`` and ``w``: its rows of ``Q u``, ``Q q``, its
+  parts of ``G^T u``, ``G^T q`` (``G = R_{t-1}^T Q``) and of the four sums of M's
+  cotangent, and its rows of ``Q_{t-1} = Q_t Rot_t^T + w (Rot h)^T``."""
+  qu, qq = _mv(qm, p.u), _mv(qm, p.q)
+  dms = (ru * qu, ru * qq, rq * qu, rq * qq)
+  q_prev = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(wc, x)
+  return qu, qq, (_vm(ru, qm), _vm(rq, qm)), dms, q_prev
+
+
 def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
   """The backward step's ``R``, ``Q`` part with ``R_t`` in ``r_ref`` and ``Q_t`` in
   ``q_ref`` (out: ``R_{t-1}``, ``Q_{t-1}``), block by block of rows, the same algebra as
@@ -222,14 +233,12 @@ def _stream_backward(cfg: _Cfg, r_ref, q_ref, ru_ref, rq_ref, t, p, x, w):
     ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
     m = r_ref[s, :] - _outer(ru, row_u) - _outer(rq, row_q)  # R_{t-1} = R_t Rot_t^T
     r_ref[s, :] = m
-    qm = q_ref[s, :]
-    qu, qq = _mv(qm, p.u), _mv(qm, p.q)
-    gu, gq = gu + _vm(ru, qm), gq + _vm(rq, qm)              # G^T u, G^T q
     wc = _take(w, c, rows)
+    qu, qq, (gu_c, gq_c), dms_c, q_ref[s, :] = _q_block(q_ref[s, :], ru, rq, wc, p, x,
+                                                        col_u, col_q)
+    gu, gq = gu + gu_c, gq + gq_c
     dx, v1, v2 = dx + _vm(wc, m), v1 + _vm(qu, m), v2 + _vm(qq, m)
-    dms = tuple(d + a * b for d, (a, b) in
-                zip(dms, ((ru, qu), (ru, qq), (rq, qu), (rq, qq))))
-    q_ref[s, :] = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(wc, x)   # Q_{t-1}
+    dms = tuple(d + d_c for d, d_c in zip(dms, dms_c))
   du = (v1 + gu) * p.m_uu + v2 * p.m_uq + gq * p.m_qu
   dq = (v2 + gq) * p.m_qq + v1 * p.m_qu + gu * p.m_uq
   return dx, du, dq, tuple(jnp.sum(d) for d in dms)
@@ -246,13 +255,10 @@ def _stream_q(cfg: _Cfg, q_ref, ru_ref, rq_ref, t, p, x, w):
   dms = (jnp.zeros((rows,), F32),) * 4        # summed over the rows once, after the blocks
   qus, qqs = [], []
   for s, c in _blocks_of(rows, np_):
-    ru, rq = ru_ref[t, s], rq_ref[t, s]                      # rows of R_{t-1} [u, q]
-    qm = q_ref[s, :]
-    qu, qq = _mv(qm, p.u), _mv(qm, p.q)
-    gu, gq = gu + _vm(ru, qm), gq + _vm(rq, qm)              # G^T u, G^T q
-    dms = tuple(d + a * b for d, (a, b) in
-                zip(dms, ((ru, qu), (ru, qq), (rq, qu), (rq, qq))))
-    q_ref[s, :] = qm + _outer(qu, col_u) + _outer(qq, col_q) + _outer(_take(w, c, rows), x)
+    qu, qq, (gu_c, gq_c), dms_c, q_ref[s, :] = _q_block(
+        q_ref[s, :], ru_ref[t, s], rq_ref[t, s], _take(w, c, rows), p, x, col_u, col_q)
+    gu, gq = gu + gu_c, gq + gq_c
+    dms = tuple(d + d_c for d, d_c in zip(dms, dms_c))
     qus.append(qu)
     qqs.append(qq)
   return _put(qus), _put(qqs), gu, gq, tuple(jnp.sum(d) for d in dms)
