@@ -308,6 +308,19 @@ def seed_dir(exp_dir: str, key: str, seed: Optional[int] = None) -> str:
   return path
 
 
+def _check_one_seed(model_dir: str, seed) -> None:
+  """One-line :class:`rumjax.training.WorkdirError` if the single-run folder ``model_dir``
+  (or its pretraining run) already holds a run of another seed: a new seed goes beside it,
+  in ``<model>/seed<k>/``, only when the seeds are given together. Reads only."""
+  for workdir in (model_dir, os.path.join(model_dir, PRETRAIN_DIR)):
+    saved = (utils.read_json(os.path.join(workdir, "config.json")) or {}).get("seed")
+    if saved is not None and seed is not None and str(saved) != str(seed):
+      raise training.WorkdirError(
+          f"{model_dir!r} holds a run of seed {saved}, not {seed}: to train seed {seed} "
+          f"beside it, pass --seeds={saved},{seed} (each seed is then reported, and the new "
+          "one trains in its own seed folder), or use another --workdir.")
+
+
 def parse_overrides(items: Sequence[str]) -> dict:
   """``["model.eta=1.0", "seed=3"]`` -> ``{"model.eta": 1.0, "seed": 3}``: values are
   Python literals (``None``, numbers, ...); anything else stays a string."""
@@ -619,6 +632,8 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
   returned as it is (the model does not fine-tune from it).
   """
   model_dir = seed_dir(exp_dir, key, seed)
+  if seed is None:
+    _check_one_seed(model_dir, config.get("seed"))
   label = model_label(exp, key, options, config)
   info = {"model": key, "label": label, "tiny": options.tiny, "seed": config.get("seed")}
   budget = ([training.TimeBudget(60 * options.budget_minutes)]

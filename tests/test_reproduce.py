@@ -385,6 +385,11 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
   # Adding seeds later trains only the new ones: seed 5 stays in the single-run folder.
   single = os.path.join(root, "recall_T30", "gru")
   before = _lines(os.path.join(single, "metrics.jsonl"))
+  # Another seed alone would be a second run in that folder: refused, saying how to add it.
+  with pytest.raises(training.WorkdirError, match="holds a run of seed 5, not 6: .*--seeds=5,6"):
+    experiments.run_experiment(exp, root, ["gru"], dataclasses.replace(options, seeds=[6]),
+                               log=lambda _: None)
+  assert _lines(os.path.join(single, "metrics.jsonl")) == before
   options = dataclasses.replace(options, seeds=[5, 6])
   summary = experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
   r = summary["models"]["gru"]
