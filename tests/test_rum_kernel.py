@@ -211,11 +211,12 @@ def test_kernel_streaming_the_weights_matches_fast_path(lam, nh, impl):
 
 
 # q_rows: lam=1's backward streams Q (dL/dR) by blocks of rows and keeps R in registers.
+@pytest.mark.slow    # an opt-in option (tuning), as the other options' equality tests
 @pytest.mark.parametrize("nh,steps,impl", [
     (5, 3, "kernel+q_rows4"),                                # two blocks of Np 8
-    pytest.param(5, 3, "kernel+q_rows4+prefetch+transposed", marks=pytest.mark.slow),
-    pytest.param(100, 3, "kernel+q_rows32+w_rows64", marks=pytest.mark.slow),
-    pytest.param(5, 1, "kernel+q_rows16", marks=pytest.mark.slow),   # one block, T 1
+    (5, 3, "kernel+q_rows4+prefetch+transposed"),
+    (100, 3, "kernel+q_rows32+w_rows64"),
+    (5, 1, "kernel+q_rows16"),                               # one block, T 1
 ])
 def test_kernel_streaming_q_matches_fast_path(nh, steps, impl):
   kw = dict(eta=1.0, activation=jax.nn.relu, update_gate=True)
