@@ -1,9 +1,10 @@
 r"""Times training steps of RUM against Flax's GRU and LSTM at the paper's shapes.
 
 A training step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
-states, jit-compiled. All candidates run in one process and are alternated (one step of
-each per round), so the ratios compare like with like on a shared machine; the table
-reports the median over ``--repeats`` rounds.
+states, jit-compiled. All candidates run in one process and are alternated (two steps of
+each per round, the second timed: the step a training loop repeats), so the ratios
+compare like with like on a shared machine; the table reports the median over
+``--repeats`` rounds.
 
 Also reported: compile time (first call, includes lowering and one run), XLA's buffer
 sizes of the compiled step (``memory_analysis()``: arguments + outputs + temporaries, a
