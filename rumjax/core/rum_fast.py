@@ -127,11 +127,10 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   cu, cq = p.m_uu * uh + p.m_uq * qh, p.m_qu * uh + p.m_qq * qh
   bu, bq = p.m_uu * ug + p.m_qu * qg, p.m_uq * ug + p.m_qq * qg
   gh = gx + c1(bu) * u + c1(bq) * q
-  gu = c1(cu) * gx + c1(bu) * h                                     # dL/du, dL/dq
-  gq = c1(cq) * gx + c1(bq) * h
-  uu, uq, vq = cu * ug + bu * uh, cq * ug + bq * uh, cq * qg + bq * qh   # u.gu, u.gq, q.gq
+  # dL/du = gu = cu gx + bu h (+ gp.u), dL/dq = gq = cq gx + bq h (+ gp.q); their dot
+  # products u.gu, u.gq, q.gq:
+  uu, uq, vq = cu * ug + bu * uh, cq * ug + bq * uh, cq * qg + bq * qh
   if gp.u is not None:
-    gu, gq = gu + gp.u, gq + gp.q
     uu, uq, vq = uu + dot(u, gp.u), uq + dot(u, gp.q), vq + dot(q, gp.q)
   g_uu, g_uq = gp.m_uu + ug * uh, gp.m_uq + ug * qh
   g_qu, g_qq = gp.m_qu + qg * uh, gp.m_qq + qg * qh
@@ -174,11 +173,21 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   b_gb = pick(c * uq + vq + gc_small * c, c * u_gp + s * gs + gc_large * c, zero)
   u_gu = pick(uu - c * uq + gc_small * c, uu - c * u_gp + gc_large * c,
               uu + inv_n * uk * (uk * vq * inv_n - 2.0 * uq))
-  gb = c1(gb_q) * gq + c1(gb_u) * u + c1(gb_v) * q
-  gu = gu + c1(gu_q) * gq + c1(gu_v) * q + c1(gu_b) * b + c1(gu_axis) * axis
-  # Through u = e/|e| and b = tau/|tau|.
-  gtau = c1(inv_t) * (gb - c1(b_gb) * b)
-  ge = c1(inv_e) * (gu - c1(u_gu) * u)
+  # Through u = e/|e| and b = tau/|tau|: dL/dtau = (gb - (b.gb) b)/|tau|,
+  # dL/de = (gu' - (u.gu') u)/|e|, written out as sums of the vectors gx, h, u, q, b,
+  # axis (gp.u, gp.q) with per-example coefficients: fewer operations per coordinate than
+  # forming gu, gq, gb, b and gu' (XLA:CPU fuses the scalar arithmetic into the vector
+  # operations; lam=0's training step at the recall shape ~3% faster).
+  coef = (inv_t * gb_q * cq, inv_t * gb_q * bq, inv_t * gb_u, inv_t * gb_v,
+          -inv_t * b_gb,
+          inv_e * (cu + gu_q * cq), inv_e * (bu + gu_q * bq), -inv_e * u_gu, inv_e * gu_v,
+          inv_e * gu_b, inv_e * gu_axis, inv_e * gu_q, inv_e)
+  t_gx, t_h, t_u, t_q, t_b, e_gx, e_h, e_u, e_q, e_b, e_axis, e_gq, e_gu = map(c1, coef)
+  gtau = t_gx * gx + t_h * h + t_u * u + t_q * q + t_b * b
+  ge = e_gx * gx + e_h * h + e_u * u + e_q * q + e_b * b + e_axis * axis
+  if gp.u is not None:
+    gtau = gtau + (c1(inv_t * gb_q)) * gp.q
+    ge = ge + e_gu * gp.u + e_gq * gp.q
   return gtau, ge, gh
 
 
