@@ -181,12 +181,13 @@ def _rotate_bwd(tau, e, h, p: RotationPlane, gx, gp: RotationPlane, in_kernel=Fa
   coef = (inv_t * gb_q * cq, inv_t * gb_q * bq, inv_t * gb_u, inv_t * gb_v,
           -inv_t * b_gb,
           inv_e * (cu + gu_q * cq), inv_e * (bu + gu_q * bq), -inv_e * u_gu, inv_e * gu_v,
-          inv_e * gu_b, inv_e * gu_axis, inv_e * gu_q, inv_e)
-  t_gx, t_h, t_u, t_q, t_b, e_gx, e_h, e_u, e_q, e_b, e_axis, e_gq, e_gu = map(c1, coef)
+          inv_e * gu_b, inv_e * gu_axis, inv_t * gb_q, inv_e * gu_q, inv_e)
+  (t_gx, t_h, t_u, t_q, t_b, e_gx, e_h, e_u, e_q, e_b, e_axis, t_gq, e_gq,
+   e_gu) = map(c1, coef)
   gtau = t_gx * gx + t_h * h + t_u * u + t_q * q + t_b * b
   ge = e_gx * gx + e_h * h + e_u * u + e_q * q + e_b * b + e_axis * axis
   if gp.u is not None:
-    gtau = gtau + (c1(inv_t * gb_q)) * gp.q
+    gtau = gtau + t_gq * gp.q
     ge = ge + e_gu * gp.u + e_gq * gp.q
   return gtau, ge, gh
 
@@ -471,15 +472,15 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
       qt_prev = _rank_update(qt, [col_u, col_q, x], [qu, qq, w])
       return v[:, 0], (du, dq, dms), (r_prev, q_prev, qt_prev)
 
-    dh, dxp, (r_prev, q_prev, qt_prev) = _cell_bwd(cfg, kernel_h, h, saved, dh_next + ghs, dcos,
-                                          memory)
+    dh, dxp, (r_prev, q_prev, qt_prev) = _cell_bwd(cfg, kernel_h, h, saved,
+                                                   dh_next + ghs, dcos, memory)
     acc, dx = _accumulate(cfg, params, acc, h, x_in, dxp)
     return (r_prev, q_prev, qt_prev, dh, acc), dx
 
   dr_final, dh_final = ct_final
-  (_, q0, _, dh0, acc), dxs = jax.lax.scan(
-      step, (r_final, dr_final, jnp.swapaxes(dr_final, 1, 2), dh_final, acc), inp,
-                                        reverse=True, unroll=cfg.unroll)
+  carry0 = (r_final, dr_final, jnp.swapaxes(dr_final, 1, 2), dh_final, acc)
+  (_, q0, _, dh0, acc), dxs = jax.lax.scan(step, carry0, inp, reverse=True,
+                                           unroll=cfg.unroll)
   return (q0, dh0), acc, dxs
 
 
