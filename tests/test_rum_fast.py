@@ -74,6 +74,14 @@ def test_fast_matches_reference_float64(lam, eta, activation, update_gate):
     _compare(jnp.float64, 1e-10, lam, eta, activation, update_gate)
 
 
+def test_lam1_backward_without_carried_transpose(monkeypatch):
+  """From hidden size ``CARRY_QT_BELOW`` on, lam=1's backward reads ``Q u``, ``Q q`` as a
+  product with 2 columns instead of carrying ``Q^T``: the same gradients (float64)."""
+  monkeypatch.setattr(rum_fast, "CARRY_QT_BELOW", 0)
+  with jax.enable_x64(True):
+    _compare(jnp.float64, 1e-10, 1, 1.0, "softsign", True)
+
+
 @pytest.mark.parametrize("lam,eta,activation,update_gate",
                          [(0, None, "relu", True), (1, 1.0, "tanh", False)])
 def test_fast_matches_reference_float32(lam, eta, activation, update_gate):

@@ -53,10 +53,10 @@ training step grows only by O(T B Nh) with the length. With ``G = R_{t-1}^T Q_t`
     Q_{t-1} = Q_t Rot_t^T + w (Rot_t h_{t-1})^T,   w = dL/d(R_t h_{t-1}).
 
 Per step, ``lam=1`` reads or writes the ``B x Nh x Nh`` matrices 2 times forward (one
-product, one rank-2 update) and 6 times backward (three products, all of rows; three
-rank updates: ``R``, ``Q`` and ``Q^T``, see :func:`_bwd_lam1`); on XLA:CPU these passes and
-the many small O(B Nh) operations, not FLOPs, set the speed (see WORKSPACE.md for what was
-tried).
+product, one rank-2 update) and 5 times backward (three products, two rank updates; below
+hidden size 64 a sixth, the rank update of ``Q^T``, see :func:`_bwd_lam1`). On XLA:CPU
+these passes and the many small O(B Nh) operations set the speed, not FLOPs (see
+WORKSPACE.md for what was tried).
 """
 
 from typing import Callable, NamedTuple, Optional
@@ -433,19 +433,38 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
   return dh0, acc, dxs
 
 
+# lam=1's backward carries Q^T beside Q below this hidden size (see _bwd_lam1).
+CARRY_QT_BELOW = 64
+
+
+def _cols(m, v):
+  """``m v_k`` for the rows ``v_k`` of ``v``: <B, N, N>, <B, k, N> -> <B, N, k>.
+
+  (The <B, N, k> output layout is faster than <B, k, N> on XLA:CPU.)"""
+  return jnp.einsum("bij,bkj->bik", m, jax.lax.optimization_barrier(v),
+                    precision=HIGHEST)
+
+
 def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
   """The backward scan carries ``R_t`` and ``Q_t = dL/dR_t``: it rebuilds
   ``R_{t-1} = R_t Rot_t^T = R_t - (R_{t-1} u) r_u^T - (R_{t-1} q) r_q^T`` from the saved
   ``R_{t-1} [u, q]`` and accumulates ``Q_{t-1} = Q_t Rot_t^T + w x^T``.
 
-  It also carries ``Q_t^T``, updated by the same rank-3 update transposed (bitwise the
-  transpose of ``Q_t``: the same products, summed in the same order), so that ``Q u`` and
-  ``Q q`` are row products (``u^T Q^T``) like every other product of the scan: on XLA:CPU
-  a batched matrix times 2 columns ran at a quarter of the speed of 2 rows times the
-  matrix, and the extra pass over ``Q^T`` made lam=1's training step at the recall shape
-  6% faster (2.63x -> 2.46x Flax GRU's, one process)."""
+  ``Q u`` and ``Q q`` are a product of each matrix with 2 columns (:func:`_cols`). Below
+  a hidden size of :data:`CARRY_QT_BELOW` the scan also carries ``Q_t^T``. ``Q^T`` gets
+  the same rank-3 update transposed, so it is bitwise the transpose of ``Q_t`` (the same
+  products, summed in the same order). ``Q u`` and ``Q q`` are then row products
+  ``u^T Q^T``, like every other product of the scan.
+  - The trade-off is one more pass over a matrix per step against one slow product.
+  - Measured on XLA:CPU (2-core AMD EPYC, training step, one process; session 26):
+    - at Nh 50 (recall) carrying ``Q^T`` is 5% faster;
+    - at Nh 64 it is 5% slower;
+    - at Nh 100 it is 20-29% slower (copying: 1.17 s against 1.52 s a step);
+    - the product with 2 columns is slow only at the small sizes.
+  """
   kernel_x, bias, kernel_h = params
   n = kernel_h.shape[0]
+  carry_qt = n < CARRY_QT_BELOW
 
   def step(carry, inp):
     r, q, qt, dh_next, acc = carry
@@ -457,8 +476,13 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
     def memory(w, x, p):
       row_u, row_q = _m_rows(p)
       r_prev = _rank_update(r, [-ru, -rq], [row_u, row_q])
-      qv = _rows(jnp.stack([p.u, p.q], 1), qt)      # Q u, Q q as rows of Q^T
-      qu, qq = qv[:, 0], qv[:, 1]
+      uq = jnp.stack([p.u, p.q], 1)
+      if carry_qt:
+        qv = _rows(uq, qt)                          # Q u, Q q as rows of Q^T
+        qu, qq = qv[:, 0], qv[:, 1]
+      else:
+        qv = _cols(q, uq)                           # Q u, Q q
+        qu, qq = qv[..., 0], qv[..., 1]
       gt = _rows(y[:, :2], q)                       # G^T u, G^T q with G = R_{t-1}^T Q
       v = _rows(jnp.stack([w, qu, qq], 1), r_prev)  # R_{t-1}^T [w, Q u, Q q] = [., G u, G q]
       c = lambda m: m[:, None]
@@ -469,7 +493,7 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
       # "+ 0 * gt": the update of Q waits for both products that read Q, so that XLA
       # updates Q in place instead of copying it every step.
       q_prev = _rank_update(q, [qu, qq, w + 0.0 * gt[:, 0]], [col_u, col_q, x])
-      qt_prev = _rank_update(qt, [col_u, col_q, x], [qu, qq, w])
+      qt_prev = _rank_update(qt, [col_u, col_q, x], [qu, qq, w]) if carry_qt else None
       return v[:, 0], (du, dq, dms), (r_prev, q_prev, qt_prev)
 
     dh, dxp, (r_prev, q_prev, qt_prev) = _cell_bwd(cfg, kernel_h, h, saved,
@@ -478,7 +502,8 @@ def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
     return (r_prev, q_prev, qt_prev, dh, acc), dx
 
   dr_final, dh_final = ct_final
-  carry0 = (r_final, dr_final, jnp.swapaxes(dr_final, 1, 2), dh_final, acc)
+  qt0 = jnp.swapaxes(dr_final, 1, 2) if carry_qt else None
+  carry0 = (r_final, dr_final, qt0, dh_final, acc)
   (_, q0, _, dh0, acc), dxs = jax.lax.scan(step, carry0, inp, reverse=True,
                                            unroll=cfg.unroll)
   return (q0, dh0), acc, dxs
