@@ -265,6 +265,14 @@ def _rows(v, m):
                     precision=HIGHEST)
 
 
+def _cols(m, v):
+  """``m v_k`` for the rows ``v_k`` of ``v``: <B, N, N>, <B, k, N> -> <B, N, k>.
+
+  (The <B, N, k> output layout is faster than <B, k, N> on XLA:CPU.)"""
+  return jnp.einsum("bij,bkj->bik", m, jax.lax.optimization_barrier(v),
+                    precision=HIGHEST)
+
+
 def _rank_update(m, lefts, rights):
   """``m + sum_i l_i r_i^T`` for a batch, in one pass over ``m`` (elementwise).
 
@@ -435,14 +443,6 @@ def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
 
 # lam=1's backward carries Q^T beside Q below this hidden size (see _bwd_lam1).
 CARRY_QT_BELOW = 64
-
-
-def _cols(m, v):
-  """``m v_k`` for the rows ``v_k`` of ``v``: <B, N, N>, <B, k, N> -> <B, N, k>.
-
-  (The <B, N, k> output layout is faster than <B, k, N> on XLA:CPU.)"""
-  return jnp.einsum("bij,bkj->bik", m, jax.lax.optimization_barrier(v),
-                    precision=HIGHEST)
 
 
 def _bwd_lam1(cfg: _Cfg, params, inp, h_prev, acc, r_final, ct_final):
