@@ -85,6 +85,12 @@ dependency); ``x torch GRU`` is every candidate's ratio to PyTorch's GRU::
     python -m launch.benchmark --shapes=copying \
         --candidates=torch_gru,torch_lstm,gru,rum1,rum1_unroll8,rum1_kernel --repeats=10
 
+The forward pass alone (``--forward``: the loss's value, no gradient; PyTorch's under
+``torch.no_grad()``), what inference costs, and with the training table the split of a
+step between its forward and backward passes::
+
+    python -m launch.benchmark --shapes=copying --forward --candidates=gru,rum0,rum1
+
 The measurements live in ``rumjax.benchmarks`` (one module per table); this file parses the
 flags, runs them and prints.
 """
@@ -115,6 +121,8 @@ flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:
                   "rum1_kernel (the fused Pallas kernel), rum0_unroll8, rum1_unroll8 "
                   "(lax.scan unroll=8), lstmn, lstmn_ref, and where PyTorch is importable "
                   "torch_gru, torch_lstm (cuDNN on a GPU); ':dp' splits the batch.")
+flags.DEFINE_bool("forward", False, "Training table: time the forward pass alone (the "
+                  "loss's value, no gradient: inference) instead of the training step.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (median reported).")
 flags.DEFINE_string("dtype", "float32", "Computation dtype of every table, the precision "
                     f"policy: one of {', '.join(DTYPES)} (parameters stay float32).")
@@ -224,13 +232,16 @@ def run_training(results, peak):
   """The training-step table over ``--shapes``."""
   if any(c.startswith("torch_") for c in FLAGS.candidates):
     print(torch_anchor.torch_version())
+  results["step"] = "forward" if FLAGS.forward else "train"
+  if FLAGS.forward:
+    print("timed: the forward pass alone (the loss, no gradient)")
   print(cells.format_header())
   for name in FLAGS.shapes:
     shape = cells.parse_shape(name)
     rows = cells.run_shape(name, shape, FLAGS.candidates, FLAGS.repeats, peak,
                            max_rum1_hidden=FLAGS.max_rum1_hidden, rss=FLAGS.rss,
                            cpu_devices=FLAGS.cpu_devices, dtype=FLAGS.dtype,
-                           max_step_ms=FLAGS.max_step_ms)
+                           max_step_ms=FLAGS.max_step_ms, forward=FLAGS.forward)
     results["shapes"][name] = {"B_T_Nx_Nh": shape, "candidates": rows}
     print(cells.format_rows(name, rows))
     save(results)

@@ -8,11 +8,13 @@ import re
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rumjax import rum_scan
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,6 +96,38 @@ def test_matmul_flops_lstm_and_rum():
   assert cells.matmul_flops("rum1_ref", b, t, nx, nh) == cells.matmul_flops("rum1", b, t, nx, nh)
 
 
+def test_matmul_flops_of_the_forward_pass_by_hand():
+  # GRU, B=T=Nx=Nh=1: x W_x and h W_h, 3 gates: 2 * 2 * 3; RUM: x W_x (3 Nh), h W_h (2 Nh).
+  assert cells.matmul_flops("gru", 1, 1, 1, 1, forward=True) == 12
+  assert cells.matmul_flops("torch_lstm", 1, 1, 1, 1, forward=True) == 16
+  assert cells.matmul_flops("rum0", 1, 1, 1, 1, forward=True) == 10
+  b, t, nx, nh = 2, 3, 4, 5                       # lam=1 adds R [u, q, Rot h]: 3 Nh^2
+  assert (cells.matmul_flops("rum1", b, t, nx, nh, forward=True)
+          - cells.matmul_flops("rum0", b, t, nx, nh, forward=True)) == t * 2 * b * 3 * nh * nh
+  assert (cells.matmul_flops("lstmn", b, t, nx, nh, forward=True) * 3
+          == cells.matmul_flops("lstmn", b, t, nx, nh))
+
+
+@pytest.mark.parametrize("cand", ["gru", "rum0", "rum1_kernel"])
+def test_a_forward_step_is_the_loss_of_the_training_step(cand):
+  """``forward=True`` times the loss the training step differentiates: its value is
+  ``sum(hs ** 2)`` of the candidate's own scan (float32, exact on a CPU), and no
+  gradient is computed."""
+  shape = (2, 3, 2, 5)
+  f, params, xs = cells.make_step(cand, shape, forward=True)
+  value = f(params, xs)
+  assert value.shape == () and value.dtype == jnp.float32
+  if cand == "gru":
+    hs = nn.RNN(nn.GRUCell(5)).apply(params, xs)
+  else:
+    lam, impl = (1, "kernel") if cand == "rum1_kernel" else (0, "fast")
+    _, hs = rum_scan(params, xs, lam=lam, impl=impl)
+  np.testing.assert_allclose(value, jnp.sum(hs ** 2), rtol=1e-6)
+  train, _, _ = cells.make_step(cand, shape)
+  dots = lambda g: g.lower(params, xs).as_text().count("dot_general")
+  assert dots(f) < dots(train)
+
+
 def test_matmul_flops_lstmn_grows_quadratically_in_t():
   f = lambda t: cells.matmul_flops("lstmn", 2, t, 3, 4)   # the tape term is O(T^2)
   assert f(10) > 10 * f(1) > 0
@@ -119,7 +153,7 @@ def test_add_ratios_same_mode_and_best():
 def _trivial_steps(monkeypatch):
   """Every JAX candidate's step replaced by a trivial jitted function (compiles at once):
   these tests check the table's bookkeeping, not the steps."""
-  monkeypatch.setattr(cells, "make_step", lambda c, shape, dtype: (
+  monkeypatch.setattr(cells, "make_step", lambda c, shape, dtype, forward=False: (
       jax.jit(lambda p, x: p + jnp.sum(x)), jnp.float32(0), jnp.ones(shape[:3])))
 
 
@@ -348,3 +382,32 @@ def test_the_command_times_in_bfloat16(tmp_path):
   result = json.loads(out.read_text())
   assert result["dtype"] == "bfloat16"
   assert set(result["shapes"]["2x3x2x4"]["candidates"]) == {"gru", "rum1"}
+
+
+def test_the_command_times_the_forward_pass(tmp_path):
+  """``--forward`` reaches the table: said in the output and the JSON, every row timed,
+  the matmul FLOPs those of the forward pass."""
+  out = tmp_path / "bench.json"
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--forward",
+                         "--shapes=2x3x2x4", "--candidates=gru,rum0", "--matmul_size=8",
+                         "--repeats=1", "--cpu_devices=1", f"--output={out}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "timed: the forward pass alone" in proc.stdout
+  result = json.loads(out.read_text())
+  assert result["step"] == "forward"
+  rows = result["shapes"]["2x3x2x4"]["candidates"]
+  assert set(rows) == {"gru", "rum0"} and all(r["ms"] > 0 for r in rows.values())
+  assert rows["gru"]["matmul_gflop"] == cells.matmul_flops("gru", 2, 3, 2, 4, True) / 1e9
+
+
+def test_the_gpu_script_names_only_known_candidates():
+  """``.ci/accelerator`` runs once per GPU session, with minutes to spare: a misspelt
+  candidate there would cost a whole table. Every ``--candidates`` list and ``CANDS`` in
+  it names a candidate of the cell benchmark."""
+  with open(os.path.join(REPO, ".ci", "accelerator"), encoding="utf-8") as f:
+    script = re.sub(r"\$\(\s*\)", "", f.read())          # "$(\n  )" joins a long list
+  lists = re.findall(r"(?:--candidates=|CANDS=)([\w,$]+)", script)
+  names = {c for l in lists for c in l.split(",") if c and not c.startswith("$")}
+  assert len(lists) >= 4 and {"rum1_kernel", "torch_gru", "rum1_kernel_qr16"} <= names
+  assert sorted(c for c in names if not cells.is_candidate(c)) == []

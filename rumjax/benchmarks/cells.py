@@ -17,7 +17,9 @@ or ``_unroll8`` (the XLA scan with ``lax.scan(unroll=8)``, a cheap lever against
 per-step cost of XLA's while loop).
 
 A step is ``jax.grad`` (w.r.t. the parameters) of ``sum(hs ** 2)`` over all hidden
-states, jit-compiled, in a computation dtype (``dtype``: float32 or bfloat16, the
+states, jit-compiled (``forward=True``: the loss's value alone, the forward pass a user
+runs at inference; for the fused kernel its forward kernel without what the backward
+saves), in a computation dtype (``dtype``: float32 or bfloat16, the
 precision policy): the inputs in that dtype, Flax's cells with ``dtype=``, the functional
 scans (RUM, LSTMN) on their float32 parameters cast to it inside the step (so the
 gradients are float32), the loss summed in float32. Reported per candidate: median ms, compile time, XLA's buffer sizes,
@@ -102,19 +104,21 @@ def parse_shape(name):
   return dims
 
 
-def matmul_flops(cand, b, t, nx, nh):
-  """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes."""
+def matmul_flops(cand, b, t, nx, nh, forward=False):
+  """Matmul FLOPs of one training step (forward + parameter gradients), from the shapes;
+  ``forward``: of the forward pass alone."""
   cand = cand.split(":")[0].removeprefix("torch_")
   if cand.startswith("lstmn"):
-    gates = 2 * b * (nx + nh) * 4 * nh * 3                       # forward + 2 gradients
-    attn = 2 * b * (nh + nx + nh) * nh * 3                       # W_h h_t, W_x x_t, W_h~ h~
-    tape = 2 * b * (t + 1) / 2 * (nh + 2 * nh) * 3               # v^T tanh, summaries
+    passes = 1 if forward else 3                                 # forward + 2 gradients
+    gates = 2 * b * (nx + nh) * 4 * nh * passes
+    attn = 2 * b * (nh + nx + nh) * nh * passes                  # W_h h_t, W_x x_t, W_h~ h~
+    tape = 2 * b * (t + 1) / 2 * (nh + 2 * nh) * passes          # v^T tanh, summaries
     return t * (gates + attn + tape)
   if cand in ("gru", "lstm"):
     g = 3 if cand == "gru" else 4
     fwd = 2 * b * (nx + nh) * g * nh
     bwd = 2 * b * (g * nh * nh + nh * g * nh + nx * g * nh)     # dh, dW_h, dW_x
-    return t * (fwd + bwd)
+    return t * (fwd + (0 if forward else bwd))
   fwd = 2 * b * (nx * 3 * nh + nh * 2 * nh)
   bwd = 2 * b * (2 * nh * nh + nh * 2 * nh + nx * 3 * nh)        # dh, dK_h, dK_x
   if cand.startswith(("rum1", "rum05")):
@@ -123,7 +127,7 @@ def matmul_flops(cand, b, t, nx, nh):
   if cand.startswith("rum05"):   # R^lam: K V, (V C + K V D) V^T, Newton; eigh not counted
     fwd += 2 * b * 4 * nh ** 3
     bwd += 2 * b * 12 * nh ** 3
-  return t * (fwd + bwd)
+  return t * (fwd + (0 if forward else bwd))
 
 
 def sum_squares(hs):
@@ -175,10 +179,10 @@ def _kernel_loss(lam, xs, nh, dtype, **options):
   return loss, params
 
 
-def make_step(cand, shape, dtype=jnp.float32):
+def make_step(cand, shape, dtype=jnp.float32, forward=False):
   """``(jitted grad function, params, xs)`` for a candidate at a shape, computing in
   ``dtype`` (a dtype or a name of ``rumjax.cells.base.DTYPES``): the inputs in it,
-  float32 parameters.
+  float32 parameters. ``forward``: the jitted loss instead of its gradient.
 
   ``<name>:dp``: the batch split over all devices, parameters replicated (the loop's
   data parallelism)."""
@@ -199,43 +203,43 @@ def make_step(cand, shape, dtype=jnp.float32):
     sharding.check_batch_size(b, mesh)
     xs = jax.device_put(xs, sharding.batch_sharding(mesh))
     params = jax.device_put(params, sharding.replicated(mesh))
-  return jax.jit(jax.grad(loss)), params, xs
+  return jax.jit(loss if forward else jax.grad(loss)), params, xs
 
 
-def rss_child(cand, shape_name, cpu_devices=None, dtype="float32"):
+def rss_child(cand, shape_name, cpu_devices=None, dtype="float32", forward=False):
   """Builds, compiles and runs one step of ``cand``; prints ``{"maxrss_mb": ...}``."""
   sharding.use_cpu_devices(cpu_devices)
-  f, params, xs = make_step(cand, parse_shape(shape_name), dtype)
+  f, params, xs = make_step(cand, parse_shape(shape_name), dtype, forward)
   jax.block_until_ready(f(params, xs))
   print(json.dumps({"maxrss_mb": timing.peak_rss_mb()}))
 
 
-def measure_rss(cand, shape_name, cpu_devices, dtype="float32"):
+def measure_rss(cand, shape_name, cpu_devices, dtype="float32", forward=False):
   """Peak RSS (MB) of a fresh Python process that runs only :func:`rss_child`."""
   code = ("from rumjax.benchmarks import cells; "
           f"cells.rss_child({cand!r}, {shape_name!r}, {cpu_devices!r}, "
-          f"{jnp.dtype(dtype).name!r})")
+          f"{jnp.dtype(dtype).name!r}, {forward!r})")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
 
-def _torch_row(c, shape, runs, dtype):
+def _torch_row(c, shape, runs, dtype, forward=False):
   """PyTorch's step (no compilation: the first call is the warm-up) into ``runs[c]``."""
-  step = torch_anchor.make_step(c, shape, dtype)
+  step = torch_anchor.make_step(c, shape, dtype, forward)
   t0 = timing.time.perf_counter()
   step()
   runs[c] = (step, ())
   nan = float("nan")
   return {"compile_s": timing.time.perf_counter() - t0, "xla_mb": nan, "xla_temp_mb": nan,
-          "matmul_gflop": matmul_flops(c, *shape) / 1e9}
+          "matmul_gflop": matmul_flops(c, *shape, forward) / 1e9}
 
 
-def _compile_row(c, shape, runs, dtype=jnp.float32):
+def _compile_row(c, shape, runs, dtype=jnp.float32, forward=False):
   """Compiles ``c``'s step into ``runs[c]``; its row: compile time, XLA MB, matmul GFLOP."""
   if c in torch_anchor.KINDS:
-    return _torch_row(c, shape, runs, dtype)
-  f, params, xs = make_step(c, shape, dtype)
+    return _torch_row(c, shape, runs, dtype, forward)
+  f, params, xs = make_step(c, shape, dtype, forward)
   # ":dp": lowered with the loop's mesh in context, as the loop does (the kernel reads it).
   with jax.set_mesh(sharding.make_mesh()) if c.endswith(":dp") else contextlib.nullcontext():
     runs[c], compile_s, _ = timing.compile_and_run(f, params, xs)
@@ -245,7 +249,7 @@ def _compile_row(c, shape, runs, dtype=jnp.float32):
       "xla_mb": (mem.temp_size_in_bytes + mem.argument_size_in_bytes
                  + mem.output_size_in_bytes) / 2**20,
       "xla_temp_mb": mem.temp_size_in_bytes / 2**20,
-      "matmul_gflop": matmul_flops(c, *shape) / 1e9,
+      "matmul_gflop": matmul_flops(c, *shape, forward) / 1e9,
   }
 
 
@@ -281,10 +285,11 @@ def _warm_ms(compiled, args):
 
 
 def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=False,
-              cpu_devices="auto", dtype=jnp.float32, max_step_ms=None):
-  """Times the candidates' training steps at one shape in the computation ``dtype``,
-  alternated per round; lam=1 candidates above ``max_rum1_hidden`` are skipped. ``rss``:
-  also each one's peak RSS in a subprocess with ``cpu_devices``.
+              cpu_devices="auto", dtype=jnp.float32, max_step_ms=None, forward=False):
+  """Times the candidates' training steps (``forward``: forward passes) at one shape in
+  the computation ``dtype``, alternated per round; lam=1 candidates above
+  ``max_rum1_hidden`` are skipped. ``rss``: also each one's peak RSS in a subprocess with
+  ``cpu_devices``.
 
   A candidate that fails to build or compile here (say, a kernel on an untested compiler)
   gets a row with its ``error`` and the table goes on; one whose warm step takes longer than
@@ -294,7 +299,7 @@ def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=F
   runs, rows = {}, {}
   for c in cands:
     try:
-      rows[c] = _compile_row(c, shape, runs, dtype)
+      rows[c] = _compile_row(c, shape, runs, dtype, forward)
     except Exception as err:   # pylint: disable=broad-except  # reported in the table
       rows[c] = _failed(err)
       continue
@@ -310,7 +315,7 @@ def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=F
     r["matmul_ms_at_peak"] = 1e3 * r["matmul_gflop"] * 1e9 / peak
     r["matmul_fraction"] = r["matmul_ms_at_peak"] / r["ms"]
     if rss:
-      r["rss_mb"] = measure_rss(c, name, cpu_devices, dtype)
+      r["rss_mb"] = measure_rss(c, name, cpu_devices, dtype, forward)
   add_ratios(rows)
   return rows
 

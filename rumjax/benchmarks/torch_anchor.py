@@ -5,7 +5,8 @@ the candidates ``torch_gru`` / ``torch_lstm`` exist only where ``import torch`` 
 The step is the benchmark's: forward of the whole sequence (``batch_first``), the loss
 ``sum(hs ** 2)`` summed in float32, backward w.r.t. the parameters, on the same device kind
 as JAX's default backend (CUDA on a GPU machine) and in the same computation dtype
-(float32 or bfloat16; PyTorch's parameters then are in that dtype too).
+(float32 or bfloat16; PyTorch's parameters then are in that dtype too). A forward step
+(``forward=True``) computes the loss under ``torch.no_grad()``, as at inference.
 """
 
 import importlib.util
@@ -27,9 +28,10 @@ def device_name() -> str:
   return "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
 
 
-def make_step(kind, shape, dtype=jnp.float32):
-  """``step()``: one training step of ``torch.nn.GRU`` / ``LSTM`` at ``(B, T, Nx, Nh)``,
-  synchronised (it returns once the device is done)."""
+def make_step(kind, shape, dtype=jnp.float32, forward=False):
+  """``step()``: one training step (``forward``: the loss alone, no gradient) of
+  ``torch.nn.GRU`` / ``LSTM`` at ``(B, T, Nx, Nh)``, synchronised (it returns once the
+  device is done)."""
   if not available():
     raise ValueError(f"candidate {kind!r} needs PyTorch, which is not importable here.")
   import torch   # pylint: disable=import-outside-toplevel
@@ -48,7 +50,13 @@ def make_step(kind, shape, dtype=jnp.float32):
     hs.float().square().sum().backward()
     sync()
 
-  return step
+  def forward_step():
+    with torch.no_grad():
+      hs, _ = rnn(xs)
+      hs.float().square().sum()
+    sync()
+
+  return forward_step if forward else step
 
 
 def torch_version() -> str:
