@@ -223,6 +223,44 @@ def test_kernel_streaming_q_matches_fast_path(nh, steps, impl):
   _compare(1, kw, _problem(1, nh, steps=steps), F32_TOL, impl=impl)
 
 
+# The forward pass alone (no gradient: jit of the scan, not of its VJP) runs the forward
+# kernel without what the backward reads: the same outputs as the fast path's.
+@pytest.mark.parametrize("lam,nh,steps,options", [
+    (0, 5, 3, {}),
+    (1, 5, 3, {}),
+    (1, 100, 2, dict(save_plane=True)),                      # the planes not written either
+    pytest.param(1, 5, 3, dict(rows=4), marks=pytest.mark.slow),    # R streamed
+    pytest.param(0, 5, 1, dict(rows=4, prefetch=False), marks=pytest.mark.slow),
+])
+def test_kernel_forward_alone_matches_fast_path(lam, nh, steps, options):
+  params, xs, carry = _problem(lam, nh, steps=steps)
+  kw = dict(lam=lam, eta=1.0, activation=jax.nn.relu, update_gate=True)
+  with jax.default_matmul_precision("highest"):
+    ref = jax.jit(functools.partial(rum_fast.fast_scan, **kw))(params, xs, carry)
+    got = jax.jit(functools.partial(rum_kernel.kernel_scan, **kw, **options))(
+        params, xs, carry)
+  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert _max_rel(a, b) <= F32_TOL
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_kernel_forward_alone_writes_only_the_states(lam):
+  """Lowered for CUDA at copying, the forward pass alone is one Triton kernel whose
+  outputs are h_t (T B Np numbers) and the final state, not tau, u' and R_{t-1} [u, q,
+  Rot h] (2 or 5 more arrays of T B Np floats, a memory of O(T) for nothing at inference)."""
+  batch, steps, nx, nh = 128, 520, 10, 100
+  params = init_rum_params(jax.random.key(0), nx, nh)
+  xs = jnp.zeros((batch, steps, nx), jnp.float32)
+  module = kernel_resources.export_for_cuda(
+      jax.jit(lambda p, x: rum_scan(p, x, lam=lam, impl="kernel")[1]), params,
+      xs).mlir_module()
+  calls = [line for line in module.splitlines() if TRITON + "(" in line]
+  assert len(calls) == 1
+  results = calls[0].rsplit("->", 1)[1]
+  assert results.count(f"tensor<{steps}x{batch}x128x") == 1     # h_t only
+
+
 @pytest.mark.parametrize("lam,options", [(0, dict(q_rows=4)), (1, dict(q_rows=4, rows=4)),
                                          (1, dict(q_rows=6))])
 def test_kernel_refuses_q_rows_it_cannot_stream(lam, options):

@@ -21,7 +21,8 @@ What runs where (one ``jax.custom_vjp``):
   :func:`rumjax.core.rotation.rotation_plane` as every other path), ``R_t`` (``lam=1``) and
   the head (:func:`rumjax.core.rum_fast._head`: activation, gate, time normalization). It
   saves ``h_t``, ``tau_t``, ``u'_t`` and, for ``lam=1``, ``R_{t-1} [u, q, Rot h]``, as the
-  fast path does.
+  fast path does; the forward pass alone (no gradient asked for: inference, evaluation)
+  writes only ``h_t`` and the final state.
 * The backward kernel, per example, for t = T..1: the fast path's backward step
   (:mod:`rumjax.core.rum_fast`): the head's and the rotation's chain rule by hand
   (:func:`rumjax.core.rum_fast._rotate_bwd`), and for ``lam=1`` the rebuild
@@ -194,16 +195,18 @@ def _copy(cfg: _Cfg, src_ref, dst_ref):
     dst_ref[s, :] = src_ref[s, :].astype(F32)
 
 
-def _stream_forward(cfg: _Cfg, r_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, row_q):
+def _stream_forward(cfg: _Cfg, r_ref, saved_refs, t, p, x, row_u, row_q):
   """The forward step's ``R`` part with ``R`` in ``r_ref`` (``R_{t-1}`` in, ``R_t`` out),
-  block by block of rows; returns ``R_{t-1} Rot_t h_{t-1}``."""
+  block by block of rows, each block's ``R_{t-1} [u, q, Rot h]`` written to ``saved_refs``
+  (unless ``()``: the forward pass alone); returns ``R_{t-1} Rot_t h_{t-1}``."""
   parts = []
   for s, _ in _blocks_of(cfg.rows, r_ref.shape[-1]):
     m = r_ref[s, :]
-    ru, rq, rh = _mv(m, p.u), _mv(m, p.q), _mv(m, x)         # R_{t-1} [u, q, Rot h]
-    r_ref[s, :] = m + _outer(ru, row_u) + _outer(rq, row_q)  # R_t = R_{t-1} Rot_t
-    ru_ref[t, s], rq_ref[t, s], rh_ref[t, s] = ru, rq, rh
-    parts.append(rh)
+    ys = _mv(m, p.u), _mv(m, p.q), _mv(m, x)                 # R_{t-1} [u, q, Rot h]
+    r_ref[s, :] = m + _outer(ys[0], row_u) + _outer(ys[1], row_q)  # R_t = R_{t-1} Rot_t
+    for ref, y in zip(saved_refs, ys):
+      ref[t, s] = y
+    parts.append(ys[2])
   return _put(parts)
 
 
@@ -294,16 +297,20 @@ def _time_loop(cfg: _Cfg, n_steps, inputs, step, carry):
 # ------------------------------------------------------------------------ kernels
 
 
-def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *refs):
+def _forward_kernel(cfg: _Cfg, save: bool, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref,
+                    *refs):
   """One example's forward pass over all T steps (see the module docstring). With
-  ``cfg.rows`` R lives in ``rT_ref`` (streamed), else in registers (the loop's carry)."""
+  ``cfg.rows`` R lives in ``rT_ref`` (streamed), else in registers (the loop's carry).
+  ``save``: also write what the backward kernel reads (``tau``, ``u'``, for ``lam=1``
+  ``R_{t-1} [u, q, Rot h]``, with ``save_plane`` the planes); without it only ``h_t`` and
+  the final state (the forward pass alone)."""
   lam = cfg.head.lam
-  plane_refs = refs[len(refs) - _PLANE:] if cfg.save_plane else ()
+  plane_refs = refs[len(refs) - _PLANE:] if save and cfg.save_plane else ()
   refs = refs[:len(refs) - len(plane_refs)]
-  if lam:
-    (r0_ref, hs_ref, tau_ref, upre_ref, ru_ref, rq_ref, rh_ref, hT_ref, rT_ref) = refs
-  else:
-    hs_ref, tau_ref, upre_ref, hT_ref = refs
+  r0_ref, refs = (refs[0], refs[1:]) if lam else (None, refs)
+  hs_ref, *saved_refs, hT_ref = refs[:-1] if lam else refs
+  rT_ref = refs[-1] if lam else None
+  tau_ref, upre_ref, *ys_refs = saved_refs or (None, None)
   np_ = h0_ref.shape[-1]
   head = _head_cfg(cfg, np_)
   in_registers = lam and not cfg.rows
@@ -324,15 +331,17 @@ def _forward_kernel(cfg: _Cfg, xt_ref, xu_ref, e_ref, wt_ref, wu_ref, h0_ref, *r
     if in_registers:
       ru, rq, rh = _mv(r, p.u), _mv(r, p.q), _mv(r, x)     # R_{t-1} [u, q, Rot h]
       r = r + _outer(ru, row_u) + _outer(rq, row_q)         # R_t = R_{t-1} Rot_t
-      ru_ref[t], rq_ref[t], rh_ref[t] = ru, rq, rh
+      for ref, y in zip(ys_refs, (ru, rq, rh)):
+        ref[t] = y
     elif lam:
-      rh = _stream_forward(cfg, rT_ref, ru_ref, rq_ref, rh_ref, t, p, x, row_u, row_q)
+      rh = _stream_forward(cfg, rT_ref, ys_refs, t, p, x, row_u, row_q)
     else:
       rh = x
     hn, _ = rum_fast._head(head, h, upre, e, rh)
     hn = _store_policy(cfg, hn)
     hs_ref[t] = hn.astype(hs_ref.dtype)
-    tau_ref[t], upre_ref[t] = tau, upre
+    if save:
+      tau_ref[t], upre_ref[t] = tau, upre
     for ref, field in zip(plane_refs, p):
       ref[t] = field
     return (r, hn) if in_registers else hn
@@ -528,7 +537,8 @@ def _pad_square(m, np_):
   return eye.at[:n, :n].set(0.0) + jnp.pad(m, [(0, 0)] * (m.ndim - 2) + [(0, np_ - n)] * 2)
 
 
-def _forward(cfg: _Cfg, params, xs, carry0):
+def _forward(cfg: _Cfg, params, xs, carry0, save=True):
+  """The forward kernel and what the backward reads (``save``; else None in its place)."""
   kernel_x, bias, kernel_h = params
   n, np_ = cfg.nh, padded_size(cfg.nh)
   n_steps, batch = xs.shape[:2]
@@ -544,22 +554,24 @@ def _forward(cfg: _Cfg, params, xs, carry0):
   ins = ["seq"] * 3 + ["w"] * 2 + ["vec"]
   w_fwd = (wt.T, wu.T) if cfg.transposed else (wt, wu)
   args = [xt, xu, e, *w_fwd, _pad_batch(_pad_last(h0, np_), bp, 0)]
-  outs = [("seq", dtype), ("seq", F32), ("seq", F32)]
+  n_saved = (2 + 3 * bool(lam)) if save else 0   # tau, u' (and R_{t-1} [u, q, Rot h])
+  outs = [("seq", dtype)] + [("seq", F32)] * n_saved
   if lam:
     ins.append("mat")
     args.append(_pad_square(r0.astype(F32), np_))
-    outs += [("seq", F32)] * 3
   outs.append(("vec", dtype))
   if lam:
     outs.append(("mat", F32))
-  if cfg.save_plane:
+  save_plane = save and cfg.save_plane
+  if save_plane:
     outs += [(k, F32) for k in _PLANE_KINDS]
-  out = _pallas(cfg, functools.partial(_forward_kernel, cfg), ins, outs, args,
+  out = _pallas(cfg, functools.partial(_forward_kernel, cfg, save), ins, outs, args,
                 n_steps=n_steps, batch=bp, np_=np_)
-  plane = tuple(out[len(out) - _PLANE:]) if cfg.save_plane else ()
+  plane = tuple(out[len(out) - _PLANE:]) if save_plane else ()
   out = out[:len(out) - len(plane)]
-  hs, tau, upre = out[:3]
-  ys = tuple(out[3:6]) if lam else ()
+  hs = out[0]
+  tau, upre = out[1:3] if save else (None, None)
+  ys = tuple(out[3:1 + n_saved])
   h_final = out[-2 if lam else -1][:batch, :n]
   if lam:
     r_final = out[-1]
@@ -571,7 +583,9 @@ def _forward(cfg: _Cfg, params, xs, carry0):
 
 
 def _primal(cfg, params, xs, carry0):
-  return _forward(cfg, params, xs, carry0)[0]
+  """The forward pass alone (no gradient asked for): nothing saved for the backward, so
+  inference stores O(T B Nh) numbers once (``h_t``), not three or six times."""
+  return _forward(cfg, params, xs, carry0, save=False)[0]
 
 
 def _bwd(cfg: _Cfg, res, cts):
