@@ -302,10 +302,11 @@ def _forward_kernel(cfg: _Cfg, save: bool, xt_ref, xu_ref, e_ref, wt_ref, wu_ref
   """One example's forward pass over all T steps (see the module docstring). With
   ``cfg.rows`` R lives in ``rT_ref`` (streamed), else in registers (the loop's carry).
   ``save``: also write what the backward kernel reads (``tau``, ``u'``, for ``lam=1``
-  ``R_{t-1} [u, q, Rot h]``, with ``save_plane`` the planes); without it only ``h_t`` and
-  the final state (the forward pass alone)."""
+  ``R_{t-1} [u, q, Rot h]``; the planes with ``cfg.save_plane``, which :func:`_forward`
+  turns off without ``save``); without it only ``h_t`` and the final state (the forward
+  pass alone)."""
   lam = cfg.head.lam
-  plane_refs = refs[len(refs) - _PLANE:] if save and cfg.save_plane else ()
+  plane_refs = refs[len(refs) - _PLANE:] if cfg.save_plane else ()
   refs = refs[:len(refs) - len(plane_refs)]
   r0_ref, refs = (refs[0], refs[1:]) if lam else (None, refs)
   hs_ref, *saved_refs, hT_ref = refs[:-1] if lam else refs
@@ -540,6 +541,7 @@ def _pad_square(m, np_):
 def _forward(cfg: _Cfg, params, xs, carry0, save=True):
   """The forward kernel and what the backward reads (``save``; else None in its place)."""
   kernel_x, bias, kernel_h = params
+  cfg = cfg._replace(save_plane=save and cfg.save_plane)
   n, np_ = cfg.nh, padded_size(cfg.nh)
   n_steps, batch = xs.shape[:2]
   xp = jnp.matmul(xs, kernel_x, precision=cfg.precision) + bias          # <T, B, 3N>
@@ -562,12 +564,11 @@ def _forward(cfg: _Cfg, params, xs, carry0, save=True):
   outs.append(("vec", dtype))
   if lam:
     outs.append(("mat", F32))
-  save_plane = save and cfg.save_plane
-  if save_plane:
+  if cfg.save_plane:
     outs += [(k, F32) for k in _PLANE_KINDS]
   out = _pallas(cfg, functools.partial(_forward_kernel, cfg, save), ins, outs, args,
                 n_steps=n_steps, batch=bp, np_=np_)
-  plane = tuple(out[len(out) - _PLANE:]) if save_plane else ()
+  plane = tuple(out[len(out) - _PLANE:]) if cfg.save_plane else ()
   out = out[:len(out) - len(plane)]
   hs = out[0]
   tau, upre = out[1:3] if save else (None, None)
