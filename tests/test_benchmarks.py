@@ -370,16 +370,21 @@ def test_unknown_dtype_name_is_a_one_line_error():
       "error: dtype='float16' is not a known dtype name; choose one of float32, bfloat16.")
 
 
-def test_the_command_times_in_bfloat16(tmp_path):
-  """``--dtype=bfloat16`` reaches the table: printed, in the JSON, every row timed."""
+def _run_tiny_table(tmp_path, *flags, candidates="gru,rum1"):
+  """``launch.benchmark`` at a tiny shape with ``flags``: (stdout, the JSON results)."""
   out = tmp_path / "bench.json"
-  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--dtype=bfloat16",
-                         "--shapes=2x3x2x4", "--candidates=gru,rum1", "--matmul_size=8",
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", *flags,
+                         "--shapes=2x3x2x4", f"--candidates={candidates}", "--matmul_size=8",
                          "--repeats=1", "--cpu_devices=1", f"--output={out}"], cwd=REPO,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "computation dtype: bfloat16" in proc.stdout
-  result = json.loads(out.read_text())
+  return proc.stdout, json.loads(out.read_text())
+
+
+def test_the_command_times_in_bfloat16(tmp_path):
+  """``--dtype=bfloat16`` reaches the table: printed, in the JSON, every row timed."""
+  stdout, result = _run_tiny_table(tmp_path, "--dtype=bfloat16")
+  assert "computation dtype: bfloat16" in stdout
   assert result["dtype"] == "bfloat16"
   assert set(result["shapes"]["2x3x2x4"]["candidates"]) == {"gru", "rum1"}
 
@@ -387,14 +392,8 @@ def test_the_command_times_in_bfloat16(tmp_path):
 def test_the_command_times_the_forward_pass(tmp_path):
   """``--forward`` reaches the table: said in the output and the JSON, every row timed,
   the matmul FLOPs those of the forward pass."""
-  out = tmp_path / "bench.json"
-  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--forward",
-                         "--shapes=2x3x2x4", "--candidates=gru,rum0", "--matmul_size=8",
-                         "--repeats=1", "--cpu_devices=1", f"--output={out}"], cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "timed: the forward pass alone" in proc.stdout
-  result = json.loads(out.read_text())
+  stdout, result = _run_tiny_table(tmp_path, "--forward", candidates="gru,rum0")
+  assert "timed: the forward pass alone" in stdout
   assert result["step"] == "forward"
   rows = result["shapes"]["2x3x2x4"]["candidates"]
   assert set(rows) == {"gru", "rum0"} and all(r["ms"] > 0 for r in rows.values())
