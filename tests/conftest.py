@@ -66,6 +66,22 @@ def _jaxlib_before(version: tuple[int, int]) -> bool:
     return False
 
 
+def _own_share_of_the_cores():
+  """Pins an xdist worker to its own share of the cores this session may use (``-n 2`` on
+  2 cores: one each), so that the workers' XLA thread pools (sized from the affinity)
+  and the launch tests' subprocesses do not compete for every core. Measured on the 2-core
+  machine, five core test files with ``-n 2``: 124 and 135 s unpinned, 114 and 112 s
+  pinned (session 28)."""
+  worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+  workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+  if not worker.startswith("gw") or workers < 2 or not hasattr(os, "sched_setaffinity"):
+    return
+  cpus = sorted(os.sched_getaffinity(0))
+  share = max(1, len(cpus) // workers)
+  start = (int(worker[2:]) * share) % len(cpus)
+  os.sched_setaffinity(0, cpus[start:start + share])
+
+
 def pytest_configure(config):
   """The default set (``-m "not slow"``, setup.cfg) compiles with XLA's CPU backend at
   optimisation level 0 and with its legacy loop emitters: its computations are tiny and
@@ -78,6 +94,7 @@ def pytest_configure(config):
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
     if _jaxlib_before(_FAST_COMPILE_JAXLIB):
       os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
+  _own_share_of_the_cores()
 
 
 @pytest.hookimpl(optionalhook=True)
