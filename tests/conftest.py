@@ -88,13 +88,16 @@ def pytest_configure(config):
   compiling dominates; level 0 cuts it by ~25%, the emitters by ~33% more. Not for
   ``-m slow`` (a kernel test's 1e-5 tolerance sees level 0's other rounding), not with an
   NVIDIA GPU, not when XLA_FLAGS is given. Set before any test computes (the workers and
-  the launch tests' subprocesses inherit it)."""
+  the launch tests' subprocesses inherit it). The default set's xdist workers are pinned
+  to their share of the cores; ``-m slow`` (whole trainings, several processes per test)
+  keeps every core for each worker, as measured there before."""
   if (not _XLA_FLAGS_GIVEN and config.getoption("markexpr") == "not slow"
       and shutil.which("nvidia-smi") is None):
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
     if _jaxlib_before(_FAST_COMPILE_JAXLIB):
       os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
-  _own_share_of_the_cores()
+  if config.getoption("markexpr") == "not slow":
+    _own_share_of_the_cores()
 
 
 @pytest.hookimpl(optionalhook=True)
