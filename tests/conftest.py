@@ -91,13 +91,13 @@ def pytest_configure(config):
   the launch tests' subprocesses inherit it). The default set's xdist workers are pinned
   to their share of the cores; ``-m slow`` (whole trainings, several processes per test)
   keeps every core for each worker, as measured there before."""
-  if (not _XLA_FLAGS_GIVEN and config.getoption("markexpr") == "not slow"
-      and shutil.which("nvidia-smi") is None):
+  if config.getoption("markexpr") != "not slow":
+    return
+  if not _XLA_FLAGS_GIVEN and shutil.which("nvidia-smi") is None:
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
     if _jaxlib_before(_FAST_COMPILE_JAXLIB):
       os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
-  if config.getoption("markexpr") == "not slow":
-    _own_share_of_the_cores()
+  _own_share_of_the_cores()
 
 
 @pytest.hookimpl(optionalhook=True)
