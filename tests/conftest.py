@@ -83,6 +83,11 @@ def _own_share_of_the_cores():
   os.sched_setaffinity(0, cpus[start:start + share])
 
 
+def _default_set(config) -> bool:
+  """Whether this run is the default set (setup.cfg's ``-m "not slow"``)."""
+  return config.getoption("markexpr") == "not slow"
+
+
 def pytest_configure(config):
   """The default set (``-m "not slow"``, setup.cfg) compiles with XLA's CPU backend at
   optimisation level 0 and with its legacy loop emitters: its computations are tiny and
@@ -92,7 +97,7 @@ def pytest_configure(config):
   the launch tests' subprocesses inherit it). The default set's xdist workers are pinned
   to their share of the cores; ``-m slow`` (whole trainings, several processes per test)
   keeps every core for each worker, as measured there before."""
-  if config.getoption("markexpr") != "not slow":
+  if not _default_set(config):
     return
   if not _XLA_FLAGS_GIVEN and shutil.which("nvidia-smi") is None:
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
@@ -116,7 +121,7 @@ def pytest_xdist_make_scheduler(config, log):
     return None
   from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
-  if config.getoption("markexpr") == "not slow":
+  if _default_set(config):
     return LoadFileScheduling(config, log)
 
   class OneWorkerModules(LoadScopeScheduling):
