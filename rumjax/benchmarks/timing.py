@@ -2,6 +2,7 @@
 compile time with the first run, median step times over alternated rounds, peak RSS."""
 
 import os
+import platform
 import resource
 import statistics
 import time
@@ -23,10 +24,27 @@ def peak_matmul(n, repeats):
   return 2 * n**3 / min(times)
 
 
+def host_cpu(cpuinfo="/proc/cpuinfo"):
+  """The host processor's model name (``model name`` of ``/proc/cpuinfo`` on Linux, else
+  ``platform.processor()``). The CPU ratios depend on it: the recall shape's RUM lam=1
+  training step was 2.3x Flax GRU's on an AMD EPYC and 2.9x on an Intel Xeon (RESULTS.md,
+  issue 45), with the same code."""
+  try:
+    with open(cpuinfo) as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+          return value.strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown processor"
+
+
 def peak_line(peak, n):
-  """The benchmark's first line: JAX, devices, cores and the matmul peak."""
+  """The benchmark's first line: JAX, devices, cores, the host processor and the matmul
+  peak."""
   return (f"jax {jax.__version__}, {jax.device_count()} x {jax.devices()[0].device_kind} "
-          f"device(s), {os.cpu_count()} cores, peak f32 matmul ({n}^3, one "
+          f"device(s), {os.cpu_count()} cores ({host_cpu()}), peak f32 matmul ({n}^3, one "
           f"device): {peak / 1e9:.1f} GFLOP/s")
 
 
