@@ -427,17 +427,10 @@ def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None
 
 def hardware_info() -> dict:
   """The platform, devices, CPU model and versions of this process."""
-  cpu_model = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu_model = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu_model)
-  except OSError:
-    pass
   devices = jax.devices()
   return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
           "device_count": len(devices), "cpu_count": os.cpu_count(),
-          "cpu_model": cpu_model, "jax_version": jax.__version__,
+          "cpu_model": utils.host_cpu(), "jax_version": jax.__version__,
           "python": platform.python_version()}
 
 

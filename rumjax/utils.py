@@ -1,9 +1,10 @@
 """Small helpers shared by the library and the command-line tools: JSON files written
-atomically, JSON-lines reading, parameter counting, prediction speed, and a log filter for
-orbax's chatter."""
+atomically, JSON-lines reading, parameter counting, prediction speed, the host processor's
+name, and a log filter for orbax's chatter."""
 
 import json
 import os
+import platform
 import tempfile
 from typing import Any
 
@@ -60,6 +61,21 @@ def read_jsonl(path: str) -> list[dict]:
 def count_params(tree: Any) -> int:
   """The number of scalars in a parameter tree (arrays or ``ShapeDtypeStruct``s)."""
   return int(sum(x.size for x in jax.tree.leaves(tree)))
+
+
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
+  """The host processor's model name: ``model name`` of ``/proc/cpuinfo`` (Linux), else
+  ``platform.processor()`` or ``platform.machine()``. CPU timings depend on it (RESULTS.md,
+  issue 45: the same RUM step was 2.3x Flax GRU's on an AMD EPYC, 2.9x on an Intel Xeon)."""
+  try:
+    with open(cpuinfo) as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+          return value.strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine() or "unknown processor"
 
 
 def rows_per_second(rows, seconds) -> dict:

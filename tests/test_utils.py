@@ -52,3 +52,18 @@ def test_jsonl_and_text_round_trip_utf8(tmp_path):
   utils.write_text(str(tmp_path / "b.md"), "| a |\n")
   assert (tmp_path / "b.md").read_text(encoding="utf-8") == "| a |\n"
   assert oct(os.stat(tmp_path / "b.md").st_mode & 0o777) == oct(0o644)
+
+
+def test_host_cpu_reads_the_model_name(tmp_path):
+  info = tmp_path / "cpuinfo"
+  info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                  "model name\t: AMD EPYC 7B13\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
+  assert utils.host_cpu(str(info)) == "AMD EPYC 7B13"
+
+
+def test_host_cpu_without_cpuinfo_falls_back_to_platform(tmp_path, monkeypatch):
+  monkeypatch.setattr(utils.platform, "processor", lambda: "")
+  monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
+  assert utils.host_cpu(str(tmp_path / "missing")) == "x86_64"
+  (tmp_path / "empty").write_text("processor\t: 0\nmodel name\t: \n")
+  assert utils.host_cpu(str(tmp_path / "empty")) == "x86_64"

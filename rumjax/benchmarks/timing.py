@@ -2,13 +2,14 @@
 compile time with the first run, median step times over alternated rounds, peak RSS."""
 
 import os
-import platform
 import resource
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+
+from rumjax.utils import host_cpu
 
 
 def peak_matmul(n, repeats):
@@ -22,22 +23,6 @@ def peak_matmul(n, repeats):
     f(a).block_until_ready()
     times.append(time.perf_counter() - t0)
   return 2 * n**3 / min(times)
-
-
-def host_cpu(cpuinfo="/proc/cpuinfo"):
-  """The host processor's model name (``model name`` of ``/proc/cpuinfo`` on Linux, else
-  ``platform.processor()``). The CPU ratios depend on it: the recall shape's RUM lam=1
-  training step was 2.3x Flax GRU's on an AMD EPYC and 2.9x on an Intel Xeon (RESULTS.md,
-  issue 45), with the same code."""
-  try:
-    with open(cpuinfo) as f:
-      for line in f:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
-          return value.strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown processor"
 
 
 def peak_line(peak, n):
