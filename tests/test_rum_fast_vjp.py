@@ -38,13 +38,16 @@ def _inputs(case, n=5, batch=6):
   }[case]
 
 
+@pytest.mark.parametrize("precomputed", [False, True])
 @pytest.mark.parametrize("memory", [True, False])
 @pytest.mark.parametrize("in_kernel", [False, True])
 @pytest.mark.parametrize("case", ["random", "obtuse", "parallel", "near_parallel",
                                   "anti_parallel", "near_anti_parallel", "zero_e",
                                   "zero_tau", "one_example", "n_2"])
-def test_rotate_bwd_equals_autodiff(case, in_kernel, memory):
-  """``memory``: cotangents of u and q (lam=1); without, None (lam=0) against zeros."""
+def test_rotate_bwd_equals_autodiff(case, in_kernel, memory, precomputed):
+  """``memory``: cotangents of u and q (lam=1); without, None (lam=0) against zeros.
+  ``precomputed``: ``1/|e|, 1/|tau|`` and the fallback's frame passed in, as the backward
+  scans compute them before the scan."""
   with jax.enable_x64(True):
     tau, e, h = _inputs(case)
     rotate = lambda t, a, v: rum_fast._rotate(t, a, v, in_kernel)
@@ -57,8 +60,11 @@ def test_rotate_bwd_equals_autodiff(case, in_kernel, memory):
     if not memory:
       gp = gp._replace(u=jnp.zeros_like(gp.u), q=jnp.zeros_like(gp.q))
     want = vjp((gx, gp))
+    given = ({"inv_norms": rum_fast._inverse_norms(tau, e),
+              "frame": rum_fast._fallback_frame(plane.u)} if precomputed else {})
     got = rum_fast._rotate_bwd(tau, e, h, plane, gx,
-                               gp if memory else gp._replace(u=None, q=None), in_kernel)
+                               gp if memory else gp._replace(u=None, q=None), in_kernel,
+                               **given)
     for name, a, b in zip(("tau", "e", "h"), want, got):
       a, b = np.asarray(a), np.asarray(b)
       assert np.all(np.isfinite(b)), name
