@@ -34,10 +34,11 @@ recomputed: on a GPU a float32 matmul runs as TF32 by default and two matmuls of
 numbers (``x W_x`` and ``x W_x[:, 2Nh:]``) need not round alike, and the rebuild of
 ``R_{t-1}`` below must use the very rotation of the forward pass (issue 44). For ``lam=0``
 the backward pass computes the planes of all T steps at once from the saved ``tau_t`` and
-``e_t``, and ``1/|e_t|``, ``1/|tau_t|`` with them
-(the forward's :func:`rumjax.core.rotation.rotation_plane`, batched over time: a
+``e_t`` (the forward's :func:`rumjax.core.rotation.rotation_plane`, batched over time: a
 few large operations, not a dozen small ones in every step of the scan; O(T B Nh) more
-memory for the duration of the backward pass); ``lam=1`` saves the plane. The backward
+memory for the duration of the backward pass); ``lam=1`` saves the plane. For both,
+``1/|e_t|``, ``1/|tau_t|`` and the fallback plane's frame (:func:`_fallback_frame`) are
+computed the same way, batched before the backward scan. The backward
 scan recomputes the O(Nh) quantities of the step and applies the chain rule by hand: the
 head (gate, activation, time normalization), the rotation ``(tau, e, h) -> (Rot h, plane)``
 (:func:`_rotate_bwd`, the derivative of eq. (1) in exact arithmetic, O(B Nh) per step; until
