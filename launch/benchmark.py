@@ -21,7 +21,9 @@ exposes. A plain candidate (``gru``) runs on one device, where XLA spreads each 
 over the cores (intra-op threads); a candidate with the suffix ``:dp`` (``rum1:dp``)
 splits the batch over all devices, as the training loop does (``launch.train
 --cpu_devices``), so the cores run the shards concurrently. ``x GRU`` is the ratio to GRU
-in the same mode, ``x best GRU`` to the faster of ``gru`` and ``gru:dp``, ``x LSTM`` to
+in the same mode (of the medians), ``GRU IQR`` the quartiles of the ratios of the single
+rounds (the two steps timed back to back: how much the machine's noise moves one
+round's ratio), ``x best GRU`` to the faster of ``gru`` and ``gru:dp``, ``x LSTM`` to
 Flax's ``OptimizedLSTMCell`` in the same mode (in the JSON).
 
 The LSTMN (``lstmn``: :func:`rumjax.lstmn_scan` with its hand-written backward, attention

@@ -211,12 +211,27 @@ def _check_table(lines, placeholders):
 def test_format_training_table():
   rows = {"gru": _row(1.5, ratio_gru=1.0, ratio_best_gru=1.0),
           "rum1:dp": _row(2.5, ratio_best_gru=1.7, ratio_lstm=0.9, rss_mb=345.6,
-                          ratio_torch_gru=2.25)}
+                          ratio_torch_gru=2.25),
+          "rum0": _row(1.2, ratio_gru=0.8, ratio_gru_iqr=(0.75, 0.875))}
   lines = [cells.format_header()] + cells.format_rows("4x5x3x4", rows).split("\n")
   assert lines[0].split()[:3] == ["shape", "cand", "ms/step"]
-  assert lines[2].split() == ["4x5x3x4", "rum1:dp", "2.50", "-", "1.70", "0.90", "2.25",
+  assert lines[2].split() == ["4x5x3x4", "rum1:dp", "2.50", "-", "-", "1.70", "0.90", "2.25",
                               "0.50", "1.2", "346", "0.01", "0.10", "0.07"]
-  _check_table(lines, placeholders=4)   # gru: x LSTM, x torch GRU, RSS; rum1:dp: x GRU
+  assert lines[3].split()[3:5] == ["0.80", "0.75-0.88"]
+  # gru: IQR, x LSTM, x torch GRU, RSS; rum1:dp: x GRU, IQR; rum0: x best, x LSTM,
+  # x torch GRU, RSS
+  _check_table(lines, placeholders=10)
+
+
+def test_round_ratio_quartiles_pair_the_rounds():
+  rows = {"gru": _row(2.0, times_ms=[2.0, 2.0, 4.0, 2.0, 2.0]),
+          "rum0": _row(1.0, times_ms=[1.0, 1.2, 2.0, 0.8, 1.0]),
+          "lstm": _row(3.0, times_ms=[3.0])}
+  cells.add_ratios(rows)
+  # per-round ratios 0.5, 0.6, 0.5, 0.4, 0.5: quartiles (exclusive method) 0.45, 0.55
+  assert rows["rum0"]["ratio_gru_iqr"] == pytest.approx((0.45, 0.55))
+  assert "ratio_gru_iqr" not in rows["gru"] and "ratio_gru_iqr" not in rows["lstm"]
+  assert cells.round_ratio_quartiles([1.0], [2.0]) is None
 
 
 def test_add_ratios_to_the_torch_gru_where_it_ran():

@@ -29,6 +29,7 @@ RSS of a subprocess, and ratios to GRU / LSTM in the same mode.
 
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 
@@ -253,9 +254,21 @@ def _compile_row(c, shape, runs, dtype=jnp.float32, forward=False):
   }
 
 
+def round_ratio_quartiles(times, base_times):
+  """The quartiles ``(q1, q3)`` of the per-round ratios ``times[i] / base_times[i]`` of
+  two candidates timed in the same alternated rounds (:func:`timing.time_alternated`):
+  how far one round's ratio strays from the median's, the machine's noise (None with fewer
+  than 2 rounds)."""
+  if len(times) < 2 or len(times) != len(base_times):
+    return None
+  q = statistics.quantiles([a / b for a, b in zip(times, base_times)], n=4)
+  return q[0], q[2]
+
+
 def add_ratios(rows):
-  """``ratio_gru`` (same mode), ``ratio_lstm`` (same mode), ``ratio_best_gru`` and, where
-  ``torch_gru`` ran, ``ratio_torch_gru`` (to PyTorch's GRU: cuDNN on a GPU)."""
+  """``ratio_gru`` (same mode) with its per-round quartiles ``ratio_gru_iqr``,
+  ``ratio_lstm`` (same mode), ``ratio_best_gru`` and, where ``torch_gru`` ran,
+  ``ratio_torch_gru`` (to PyTorch's GRU: cuDNN on a GPU)."""
   rows = {c: r for c, r in rows.items() if "ms" in r}
   grus = {c: rows[c]["ms"] for c in ("gru", "gru:dp") if c in rows}
   for c, r in rows.items():
@@ -264,6 +277,9 @@ def add_ratios(rows):
     same = "gru:dp" if c.endswith(":dp") else "gru"
     if same in grus:
       r["ratio_gru"] = r["ms"] / grus[same]
+      iqr = round_ratio_quartiles(r.get("times_ms", []), rows[same].get("times_ms", []))
+      if iqr and c != same:
+        r["ratio_gru_iqr"] = iqr
     lstm = "lstm:dp" if c.endswith(":dp") else "lstm"
     if lstm in rows:
       r["ratio_lstm"] = r["ms"] / rows[lstm]["ms"]
@@ -322,7 +338,7 @@ def run_shape(name, shape, candidates, repeats, peak, max_rum1_hidden=256, rss=F
 
 def format_header():
   """The training table's header line."""
-  return (f"{'shape':>16} {'cand':>16} {'ms/step':>9} {'x GRU':>6} {'x best':>6} "
+  return (f"{'shape':>16} {'cand':>16} {'ms/step':>9} {'x GRU':>6} {'GRU IQR':>9} {'x best':>6} "
           f"{'x LSTM':>6} {'x torch GRU':>11} {'compile s':>9} {'XLA MB':>8} {'RSS MB':>7} {'mm GFLOP':>8} "
           f"{'mm@peak ms':>10} {'mm frac':>7}")
 
@@ -339,8 +355,9 @@ def format_rows(name, rows):
       lines.append(f"{name:>16} {c:>16}   failed: {r['error']}")
       continue
     rss = f"{r['rss_mb']:7.0f}" if "rss_mb" in r else f"{'-':>7}"
+    iqr = ("{:.2f}-{:.2f}".format(*r["ratio_gru_iqr"]) if "ratio_gru_iqr" in r else "-")
     lines.append(
-        f"{name:>16} {c:>16} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} "
+        f"{name:>16} {c:>16} {r['ms']:9.2f} {_ratio(r, 'ratio_gru')} {iqr:>9} "
         f"{_ratio(r, 'ratio_best_gru')} {_ratio(r, 'ratio_lstm')} "
         f"{_ratio(r, 'ratio_torch_gru', 11)} {r['compile_s']:9.2f} "
         f"{r['xla_mb']:8.1f} {rss} {r['matmul_gflop']:8.2f} "
