@@ -692,6 +692,7 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
       seed_options = dataclasses.replace(options, seed=seed, seeds=None)
       runs.append((key, seed, model_config(exp, key, seed_options),
                    pretrain_config(exp, key, seed_options)))
+  training.check_writable(workdir)
   exp_dir = os.path.join(workdir, exp.name)
   for key, seed, config, pre_config in runs:
     seed = seed if seeds else None   # one seed: the single-run layout

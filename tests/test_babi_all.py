@@ -110,6 +110,10 @@ def test_budget(settings, tmp_path):
       babi_configs.run_subtasks([1], str(tmp_path / "zero"),
                                 dataclasses.replace(settings, **{field: 0}))
   assert not os.path.exists(tmp_path / "zero")
+  (tmp_path / "a_file").write_text("keep")
+  with pytest.raises(ValueError, match="is a file, not a folder"):
+    babi_configs.run_subtasks([1], str(tmp_path / "a_file"), settings)
+  assert (tmp_path / "a_file").read_text() == "keep"
 
 
 def test_paper_numbers():

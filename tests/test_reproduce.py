@@ -184,6 +184,14 @@ def test_resume_when_finished_does_nothing(runs):
   assert [json.loads(line)["steps"] for line in lines] == [3, 3]
 
 
+def test_a_file_as_workdir_is_a_one_line_error(tmp_path):
+  (tmp_path / "a_file").write_text("keep")
+  with pytest.raises(ValueError, match="is a file, not a folder"):
+    experiments.run_experiment(EXPERIMENTS["recall_T30"], str(tmp_path / "a_file"), ["gru"],
+                               experiments.Options(tiny=True), log=lambda _: None)
+  assert (tmp_path / "a_file").read_text() == "keep"
+
+
 def test_resume_budget_and_divergence(tmp_path, monkeypatch):
   root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
   run = lambda **kw: experiments.run_experiment(

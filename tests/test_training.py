@@ -81,6 +81,9 @@ def test_unwritable_workdir(tmp_path):
   blocker.write_text("x")
   with pytest.raises(ValueError, match="not writable"):
     training.train_and_evaluate(_config(), str(blocker / "sub"), toy_task.TASK)
+  with pytest.raises(ValueError, match="is a file, not a folder"):
+    training.train_and_evaluate(_config(), str(blocker), toy_task.TASK)
+  assert blocker.read_text() == "x"                # nothing saved is touched
 
 
 def test_schedules_and_optimizers():

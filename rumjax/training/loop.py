@@ -145,19 +145,6 @@ class StopRequest:
 # ----------------------------------------------------------------------- the loop
 
 
-def _check_workdir(workdir: str) -> None:
-  """Makes ``workdir``; a one-line ``ValueError`` if it cannot be written."""
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test_{jax.process_index()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as err:
-    raise ValueError(f"workdir {workdir!r} is not writable ({err.strerror}); pass a "
-                     "--workdir you can write to.") from err
-
-
 def _init_state(config, task, model, tx, sample_batch, mesh) -> TrainState:
   key = jax.random.key(config.seed)
   init_key, dropout_key, base_key = jax.random.split(key, 3)
@@ -401,7 +388,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
   """
   existed = os.path.isdir(workdir)
   fresh = not existed or not os.listdir(workdir)
-  _check_workdir(workdir)
+  workdir_lib.check_writable(workdir)
   try:
     with contextlib.ExitStack() as stack:
       if stop is None:

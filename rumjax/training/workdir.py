@@ -40,6 +40,23 @@ class WorkdirError(ValueError):
   """A run that must not go on in this workdir (busy, or another run's config)."""
 
 
+def check_writable(workdir: str) -> None:
+  """Makes ``workdir`` (and its parents); a one-line :class:`WorkdirError` if it is a file
+  or cannot be written. Nothing in it is touched (the probe file is this process's own)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f"workdir {workdir!r} is a file, not a folder; pass a --workdir "
+                       "folder (a new path is created).")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test_{socket.gethostname()}_{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as err:
+    raise WorkdirError(f"workdir {workdir!r} is not writable ({err.strerror}); pass a "
+                       "--workdir you can write to.") from err
+
+
 def _holder_text(holder: dict) -> str:
   return (f"host {holder.get('host')}, pid {holder.get('pid')}, started "
           f"{holder.get('start')}")

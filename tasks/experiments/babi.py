@@ -257,7 +257,7 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
   check_settings(task_ids, settings)
   cfgs = {k: subtask_config(k, settings) for k in task_ids}
   results_path = results_path or os.path.join(workdir, "results.json")
-  os.makedirs(workdir, exist_ok=True)
+  training.check_writable(workdir)
   previous = utils.read_json(results_path, {})
   rows = {}
   if previous.get("settings") == _json(dataclasses.asdict(settings)):
