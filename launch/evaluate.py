@@ -59,7 +59,8 @@ def no_config_message(workdir: str) -> str:
   if not workdir:
     return "pass --workdir, the workdir of a training run."
   if not os.path.isdir(workdir):
-    return f"workdir {workdir!r} does not exist; pass the --workdir of a training run."
+    what = "is a file" if os.path.exists(workdir) else "does not exist"
+    return f"workdir {workdir!r} {what}; pass the --workdir of a training run."
   if not any(os.path.isdir(os.path.join(workdir, *sub, "checkpoints"))
              for sub in ((), ("best",))):
     return (f"no training run in {workdir!r} (no checkpoints/ and no config.json); pass the "

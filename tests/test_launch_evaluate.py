@@ -53,12 +53,14 @@ def test_a_workdir_without_config_says_the_real_problem_first(run, tmp_path):
   to 'no checkpoints'); a missing folder is named; only checkpoints without config.json
   need --task (and --variant)."""
   (tmp_path / "empty").mkdir()
+  (tmp_path / "a_file").write_text("x")
   shutil.copytree(run, tmp_path / "no_config")
   os.remove(tmp_path / "no_config" / "config.json")
   for folder, message in [
       ("empty", f"error: no training run in '{tmp_path / 'empty'}' (no checkpoints/ and no "
                 "config.json); pass the --workdir of a training run."),
       ("missing", f"error: workdir '{tmp_path / 'missing'}' does not exist"),
+      ("a_file", f"error: workdir '{tmp_path / 'a_file'}' is a file; pass the --workdir"),
       ("no_config", f"error: no {tmp_path / 'no_config' / 'config.json'}; pass --task")]:
     proc = _evaluate(f"--workdir={tmp_path / folder}")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
