@@ -168,6 +168,10 @@ def main(argv):
   del argv
   try:
     resolve_dtype(FLAGS.dtype)
+    if not (FLAGS.decoding or encoders_requested() or lm_requested()):
+      for name in FLAGS.shapes:
+        cells.parse_shape(name)
+      cells.check_candidates(FLAGS.candidates)
     sharding.use_cpu_devices(FLAGS.cpu_devices)
     save(run())
   except ValueError as err:

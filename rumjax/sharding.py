@@ -24,9 +24,13 @@ def use_cpu_devices(n) -> None:
   """
   if n is None:
     return
-  count = (os.cpu_count() or 1) if n == "auto" else int(n)
+  message = f"cpu_devices must be a positive number or 'auto', got {n!r}."
+  try:
+    count = (os.cpu_count() or 1) if n == "auto" else int(n)
+  except ValueError:
+    raise ValueError(message) from None
   if count < 1:
-    raise ValueError(f"cpu_devices must be a positive number or 'auto', got {n!r}.")
+    raise ValueError(message)
   try:
     jax.config.update("jax_num_cpu_devices", count)
   except RuntimeError as err:

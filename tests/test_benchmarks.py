@@ -334,12 +334,28 @@ def test_format_encoders_table():
   _check_table(lines, placeholders=1)
 
 
-def test_the_command_reports_a_bad_shape_in_one_line():
-  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--shapes=32x5",
+@pytest.mark.parametrize("args,message", [
+    (["--shapes=32x5"], "error: shape '32x5' is neither"),
+    (["--candidates=gru,rum2,torch_gru:dp"], "error: unknown candidate(s) ['rum2', "
+                                             "'torch_gru:dp']; known: gru, lstm,"),
+])
+def test_the_command_reports_bad_input_in_one_line_before_timing(args, message):
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", *args,
                          "--matmul_size=8", "--repeats=1", "--cpu_devices=1"], cwd=REPO,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "Traceback" not in proc.stderr
-  assert proc.stderr.strip().splitlines()[-1].startswith("error: shape '32x5' is neither")
+  assert proc.stderr.strip().splitlines()[-1].startswith(message)
+  assert "peak f32 matmul" not in proc.stdout                 # nothing ran
+
+
+def test_check_candidates_accepts_every_listed_form():
+  from launch import benchmark
+  cells.check_candidates(benchmark.FLAGS["candidates"].default)
+  cells.check_candidates(["rum1_kernel_r32_w8", "rum0_kernel_r0", "rum1:dp", "torch_lstm",
+                          "lstmn_ref:dp"])
+  for bad in (["rum1:tp"], ["torch_gru:dp"], ["rum1_kernel_x3"]):
+    with pytest.raises(ValueError, match="unknown candidate"):
+      cells.check_candidates(bad)
 
 
 def test_help_exits_0_and_lists_the_candidates():

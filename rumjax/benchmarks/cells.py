@@ -180,6 +180,20 @@ def _kernel_loss(lam, xs, nh, dtype, **options):
   return loss, params
 
 
+def check_candidates(cands):
+  """A one-line ``ValueError`` naming every candidate that is not one (before any timing)."""
+  def known(c):
+    name, _, mode = c.partition(":")
+    if name in torch_anchor.KINDS:
+      return not mode
+    return mode in ("", "dp") and is_candidate(name)
+  unknown = [c for c in cands if not known(c)]
+  if unknown:
+    raise ValueError(f"unknown candidate(s) {unknown}; known: {', '.join(CANDIDATES)} "
+                     "(RUM kernels with options, e.g. rum1_kernel_r32_w8; ':dp' splits the "
+                     "batch over the devices).")
+
+
 def make_step(cand, shape, dtype=jnp.float32, forward=False):
   """``(jitted grad function, params, xs)`` for a candidate at a shape, computing in
   ``dtype`` (a dtype or a name of ``rumjax.cells.base.DTYPES``): the inputs in it,
