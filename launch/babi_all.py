@@ -22,7 +22,11 @@ and the test accuracy at that step is what is reported. A sub-task stops after
 
 Resuming: re-running with the same ``--workdir`` skips the sub-tasks that finished (or
 used up their budget) and continues an interrupted one from its latest checkpoint (one
-per evaluation; SIGTERM saves one and ends the run).
+per evaluation; SIGTERM saves one and ends the run). Sub-tasks are independent: on a
+multi-core CPU, run one process per core with disjoint ``--tasks`` and the same
+``--workdir`` (each sub-task has its own folder and lock; each write of results.json keeps
+the other processes' rows), e.g. ``taskset -c 0 ... --tasks=1,2,3`` beside ``taskset -c 1
+... --tasks=4,5,6``.
 
 Data: a sub-task whose ``--version`` files are missing (here: en-10k qa3 train) trains on
 ``--fallback_version`` (default ``en``, the 1k version; its row says "(1k)"); ``none``

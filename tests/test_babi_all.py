@@ -92,6 +92,27 @@ def test_resume_does_not_train_again(run, settings):
   assert len(record["invocations"]) == 1
 
 
+def test_rows_written_meanwhile_by_another_process_are_kept(run, settings, tmp_path,
+                                                            monkeypatch):
+  """Two processes with different --tasks in one workdir: each write merges the file as
+  it is at that moment, so neither drops the other's rows."""
+  workdir, out = run
+  path = str(tmp_path / "results.json")
+  other = {"version": "en-10k", "test_accuracy": 0.5}
+  real = babi_configs.run_subtask
+
+  def run_subtask(k, *args):           # the other process finishes qa7 meanwhile
+    file = utils.read_json(path, babi_configs.results({}, settings))
+    file["tasks"]["7"] = other
+    utils.write_json(path, file)
+    return real(k, *args)
+
+  monkeypatch.setattr(babi_configs, "run_subtask", run_subtask)
+  got = babi_configs.run_subtasks([1], workdir, settings, results_path=path)
+  assert got["tasks"]["7"] == other and got["tasks"]["1"] == out["tasks"]["1"]
+  assert utils.read_json(path)["tasks"].keys() == {"1", "7"}
+
+
 def test_budget(settings, tmp_path):
   tight = babi_configs.Settings(**{**settings.__dict__, "budget_minutes": 1e-5,
                                    "patience": 100})

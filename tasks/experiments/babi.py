@@ -242,7 +242,8 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
                  log: Callable[[str], None] = logging.info) -> dict:
   """Trains sub-task ``k`` in ``<workdir>/qa<k>`` for every ``k`` of ``task_ids`` with
   early stopping; rewrites ``results_path`` (default ``<workdir>/results.json``) after
-  each, keeping the rows of other sub-tasks it holds for the same settings. A sub-task
+  each, keeping the rows of other sub-tasks it holds for the same settings at that moment
+  (so several processes with different ``task_ids``, one per core, may share a workdir). A sub-task
   whose files are missing (in ``version`` and ``fallback_version``) is recorded with its
   ``error``. A preempted sub-task (SIGTERM) ends the run. Re-running resumes a sub-task
   from its checkpoint; one that had finished (or used up its budget) is not run again.
@@ -258,22 +259,30 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
   cfgs = {k: subtask_config(k, settings) for k in task_ids}
   results_path = results_path or os.path.join(workdir, "results.json")
   training.check_writable(workdir)
-  previous = utils.read_json(results_path, {})
-  rows = {}
-  if previous.get("settings") == _json(dataclasses.asdict(settings)):
-    rows = {int(k): r for k, r in previous["tasks"].items()}
+  ours, rows = {}, _rows_in(results_path, settings)
   for k, config in cfgs.items():
     log(f"bAbI qa{k}: {settings.header()}, data {config.version}, {config.num_steps} "
         f"steps at most, dev every {config.eval_every}")
     try:
-      rows[k] = run_subtask(k, config, os.path.join(workdir, f"qa{k}"), settings)
+      ours[k] = run_subtask(k, config, os.path.join(workdir, f"qa{k}"), settings)
     except FileNotFoundError as err:
       logging.error("bAbI qa%d skipped: %s", k, err)
-      rows[k] = {"version": config.version, "error": str(err)}
+      ours[k] = {"version": config.version, "error": str(err)}
+    # The file as it is now: another process may have run other sub-tasks of the same
+    # settings into it (e.g. one per core with different --tasks) since this one started.
+    rows = {**_rows_in(results_path, settings), **ours}
     utils.write_json(results_path, results(rows, settings))
-    if rows[k].get("stop_reason") == "preempted":
+    if ours[k].get("stop_reason") == "preempted":
       break  # SIGTERM/SIGINT: the sub-task saved its checkpoint; resume later
   return results(rows, settings)
+
+
+def _rows_in(results_path: str, settings: Settings) -> dict:
+  """The per-sub-task rows of a results JSON written with the same settings, else none."""
+  previous = utils.read_json(results_path, {})
+  if previous.get("settings") != _json(dataclasses.asdict(settings)):
+    return {}
+  return {int(k): r for k, r in previous["tasks"].items()}
 
 
 def results(rows: dict, settings: Settings) -> dict:
