@@ -26,7 +26,8 @@ per evaluation; SIGTERM saves one and ends the run). Sub-tasks are independent: 
 multi-core CPU, run one process per core with disjoint ``--tasks`` and the same
 ``--workdir`` (each sub-task has its own folder and lock; each write of results.json keeps
 the other processes' rows), e.g. ``taskset -c 0 ... --tasks=1,2,3`` beside ``taskset -c 1
-... --tasks=4,5,6``.
+... --tasks=4,5,6``, the second started once the first is training (the data is prepared
+once, into ``<workdir>/tfds``).
 
 Data: a sub-task whose ``--version`` files are missing (here: en-10k qa3 train) trains on
 ``--fallback_version`` (default ``en``, the 1k version; its row says "(1k)"); ``none``
