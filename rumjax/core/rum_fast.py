@@ -538,10 +538,10 @@ def _bwd(cfg, res, cts):
   # the copying training step 5-8% faster for lam=1 (3 runs), 0-7% for lam=0; recall
   # unchanged within the noise.
   tau, _, e = pre = saved[0]
-  rdtype = at_least_float32(tau)
+  pdtype = at_least_float32(tau)               # the plane's dtype
   plane = saved[1] if cfg.lam else rotation_plane(e, tau)
   saved = (pre, plane, *saved[2:4],            # lam=0: Rot h, R_{t-1} [...] are None
-           _inverse_norms(tau.astype(rdtype), e.astype(rdtype)), _fallback_frame(plane.u))
+           _inverse_norms(tau.astype(pdtype), e.astype(pdtype)), _fallback_frame(plane.u))
   inp = (jnp.arange(xs.shape[0]), saved, xs, ct_hs, ct_cos)
 
   def h_prev(t):  # h_{t-1}, read from hs in the step (a shifted copy costs O(T B Nh) memory)
