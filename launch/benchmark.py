@@ -116,8 +116,7 @@ flags.DEFINE_list("shapes", ["recall", "copying"],
                   "Named shapes (recall, copying, ptb) or BxTxNxxNh, e.g. 32x2080x10x100.")
 flags.DEFINE_string("cpu_devices", "auto", "CPU devices for JAX: a number or 'auto' (one "
                     "per core); the ':dp' candidates split the batch over them.")
-flags.DEFINE_list("candidates", ["gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:dp",
-                                 "rum1:dp"],
+flags.DEFINE_list("candidates", list(cells.DEFAULT_CANDIDATES),
                   "Any of gru, lstm, rum0, rum1 (rum_scan's XLA fast path, lam 0/1), "
                   "rum0_ref, rum1_ref (the autodiff reference scan), rum0_kernel, "
                   "rum1_kernel (the fused Pallas kernel), rum0_unroll8, rum1_unroll8 "

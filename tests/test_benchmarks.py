@@ -349,8 +349,7 @@ def test_the_command_reports_bad_input_in_one_line_before_timing(args, message):
 
 
 def test_check_candidates_accepts_every_listed_form():
-  from launch import benchmark
-  cells.check_candidates(benchmark.FLAGS["candidates"].default)
+  cells.check_candidates(cells.DEFAULT_CANDIDATES)
   cells.check_candidates(["rum1_kernel_r32_w8", "rum0_kernel_r0", "rum1:dp", "torch_lstm",
                           "lstmn_ref:dp"])
   for bad in (["rum1:tp"], ["torch_gru:dp"], ["rum1_kernel_x3"]):

@@ -61,6 +61,8 @@ CANDIDATES = (("gru", "lstm", "rum0", "rum1", "rum0_ref", "rum1_ref", "rum05", "
               + tuple(f"rum{lam}_kernel_r{k}" for lam in (0, 1) for k in KERNEL_ROWS)
               + tuple(f"rum{lam}_kernel_{o}" for lam in (0, 1) for o in ("sp", "t", "pf"))
               + torch_anchor.KINDS)
+# launch.benchmark's default --candidates.
+DEFAULT_CANDIDATES = ("gru", "lstm", "rum0", "rum1", "gru:dp", "rum0:dp", "rum1:dp")
 # The kernel's options by their candidate suffixes (kernel_scan's keyword arguments).
 KERNEL_OPTIONS = {"w": "num_warps", "bb": "block", "r": "rows", "wr": "w_rows", "qr": "q_rows",
                   "sp": "save_plane", "t": "transposed", "pf": "prefetch", "wc": "w_columns"}
