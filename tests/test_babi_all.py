@@ -141,6 +141,11 @@ def test_paper_numbers():
   assert babi_configs.paper_mean("word", "rum", 0, False) == 73.2
   assert babi_configs.paper_mean("sentence", "lstm", 1, True) == 80.1   # lam ignored
   assert babi_configs.paper_mean("word", "rum", 1, False) is None
+  assert babi_configs.paper_mean("sentence", "rum", 0, False, "tanh") == 70.5   # line 15
+  assert babi_configs.paper_mean("sentence", "rum", 0, True, "tanh") == 72.9
+  assert babi_configs.paper_mean("sentence", "rum", 0, False, "sigmoid") is None
+  assert babi_configs.Settings(level="sentence", sets={"model.activation": "tanh"}
+                               ).paper_mean() == 70.5
   assert len(babi_configs.PAPER_RUM_WORD) == 20
   config = babi_configs.subtask_config(4, babi_configs.Settings(
       level="sentence", attention=True, lam=1))
@@ -256,6 +261,30 @@ def test_comparison_table(tmp_path):
       capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   assert out.read_text() == text
+
+
+def test_comparison_table_at_the_sentence_level():
+  """No per-task paper columns (the paper has none there), the Table 2 means in a row of
+  their own; labels name attention, the activation a run overrides, EURNN, and the seeds
+  when the runs differ in seed."""
+  rows = {1: (0.5, 2820, 1.0), 2: (0.4, 2820, 1.0)}
+  lstm = _fake_run("lstm", rows, level="sentence")
+  tanh = _fake_run("rum", rows, level="sentence", attention=True,
+                   sets={"model.activation": "tanh"})
+  eurnn = _fake_run("eurnn", rows, level="sentence", seed=1)
+  text = babi_configs.comparison_markdown([lstm, tanh, eurnn])
+  lines = text.splitlines()
+  assert lines[0] == (
+      "| task | LSTM seed 0 ours | attnRUM λ=0 tanh seed 0 ours | EURNN seed 1 ours | "
+      "LSTM seed 0 steps | attnRUM λ=0 tanh seed 0 steps | EURNN seed 1 steps | "
+      "LSTM seed 0 min | attnRUM λ=0 tanh seed 0 min | EURNN seed 1 min |")
+  table2 = next(line for line in lines if line.startswith("| paper, TACL Table 2"))
+  assert table2.split(" | ")[1:4] == ["67.2", "72.9", "66.7"]   # lines 10, 15, 9
+  assert len(table2.split("|")) == len(lines[0].split("|"))
+  assert "seed 0, model.activation=tanh;" in text
+  # Without a seed difference, no seed in the labels.
+  assert babi_configs.comparison_markdown([lstm, tanh]).startswith(
+      "| task | LSTM ours | attnRUM λ=0 tanh ours |")
 
 
 def test_paper_per_task_numbers():

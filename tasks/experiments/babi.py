@@ -69,16 +69,30 @@ PAPER_MEAN = {("word", "urnn", None, False): 51.6, ("word", "eurnn", None, False
               ("sentence", "gru", None, False): 70.4, ("sentence", "gru", None, True): 77.3,
               ("sentence", "goru", None, False): 71.3, ("sentence", "goru", None, True): 76.4,
               ("sentence", "rum", 0, False): 75.1, ("sentence", "rum", 0, True): 74.3,
-              ("sentence", "rum", 1, False): 79.0, ("sentence", "rum", 1, True): 80.1}
+              ("sentence", "rum", 1, False): 79.0, ("sentence", "rum", 1, True): 80.1,
+              # line 15: RUM lam=0 with tanh (the other RUM lines: ReLU, Table 5)
+              ("sentence", "rum_tanh", 0, False): 70.5, ("sentence", "rum_tanh", 0, True): 72.9}
 TABLE2_LSTM_WESTON_MEAN = 49.2  # TACL Table 2, line 1
 EPOCHS = babi_config.EPOCHS  # the default training epochs per sub-task (appendix C)
 PASS_ACCURACY = 0.95  # a sub-task is "passed" at >= 95% test accuracy (Weston et al.)
 VERSION_LABELS = {"en-10k": "10k", "en": "1k"}
 
 
-def paper_mean(level: str, cell: str, lam: int, attention: bool) -> Optional[float]:
-  """Table 2's mean accuracy for this set-up, or ``None`` if the paper has none."""
-  return PAPER_MEAN.get((level, cell, lam if cell == "rum" else None, attention))
+def paper_mean(level: str, cell: str, lam: int, attention: bool,
+               activation: Optional[str] = None) -> Optional[float]:
+  """Table 2's mean accuracy for this set-up, or ``None`` if the paper has none.
+  ``activation``: RUM's ``model.activation`` when not the config's default (ReLU); the
+  paper has ``"tanh"`` (line 15) only."""
+  if cell == "rum" and activation is not None:
+    if activation != "tanh":
+      return None
+    cell = "rum_tanh"
+  return PAPER_MEAN.get((level, cell, lam if cell.startswith("rum") else None, attention))
+
+
+def activation_set(settings: dict) -> Optional[str]:
+  """The activation a run's ``sets`` override (``None``: the config's default)."""
+  return (settings.get("sets") or {}).get("model.activation")
 
 
 def paper_per_task(level: str, cell: str, lam: int, attention: bool) -> Optional[str]:
@@ -130,7 +144,8 @@ class Settings:
             f"hidden {self.hidden_size}")
 
   def paper_mean(self) -> Optional[float]:
-    return paper_mean(self.level, self.cell, self.lam, self.attention)
+    return paper_mean(self.level, self.cell, self.lam, self.attention,
+                      activation_set(dataclasses.asdict(self)))
 
 
 def _has_files(manual_dir: str, version: str, k: int) -> bool:
@@ -336,13 +351,25 @@ def format_table(rows: dict, header: str, table2_mean: Optional[float] = None,
 # ------------------------------------------------------------------- the comparison
 
 
+CELL_LABELS = {"rum": "RUM", "lstm": "LSTM", "gru": "GRU", "goru": "GORU", "eurnn": "EURNN",
+               "urnn": "uRNN"}
+
+
 def model_label(settings: dict) -> str:
-  """``"RUM λ=0"``, ``"LSTM"``, ``"attnRUM λ=1"`` ... for a run's settings."""
+  """``"RUM λ=0"``, ``"LSTM"``, ``"attnRUM λ=1"``, ``"RUM λ=0 tanh"`` ... for a run's
+  settings (an activation appears when the run's ``sets`` override it)."""
   cell = settings["cell"]
-  label = {"rum": "RUM", "lstm": "LSTM", "gru": "GRU", "goru": "GORU"}.get(cell, cell)
+  label = CELL_LABELS.get(cell, cell)
   if cell == "rum":
     label += f" λ={settings['lam']}"
+    if activation_set(settings):
+      label += f" {activation_set(settings)}"
   return ("attn" if settings.get("attention") else "") + label
+
+
+def _table2_mean(settings: dict) -> Optional[float]:
+  return paper_mean(settings["level"], settings["cell"], settings["lam"],
+                    settings.get("attention", False), activation_set(settings))
 
 
 def _paper_key(settings: dict) -> Optional[str]:
@@ -384,9 +411,11 @@ def _budget_note(label: str, res: dict) -> str:
                     for v, (m, e) in sorted(per_version.items()))
   budget = (f"{s['budget_minutes']:g} min of wall time" if s.get("budget_minutes")
             else "no wall-clock limit")
-  batch = s.get("sets", {}).get("batch_size", 32)
+  sets = dict(s.get("sets") or {})
+  batch = sets.pop("batch_size", 32)
+  more = "".join(f", {k}={v}" for k, v in sorted(sets.items()))
   return (f"{label}: {s['level']} level, hidden {s['hidden_size']}, batch {batch}, Adam "
-          f"1e-3, seed {s['seed']}; per sub-task at most {steps or '-'} steps, early "
+          f"1e-3, seed {s['seed']}{more}; per sub-task at most {steps or '-'} steps, early "
           f"stopping after {s['patience']} dev evaluations without improvement, "
           f"{budget}.")
 
@@ -400,11 +429,16 @@ def comparison_markdown(runs: Sequence[dict],
   (>= 95%, marked ✓) over the sub-tasks every model has a result for; footnotes with the
   budgets and the sources."""
   labels = list(labels or [model_label(r["settings"]) for r in runs])
+  seeds = [r["settings"].get("seed", 0) for r in runs]
+  if len(set(seeds)) > 1 and not any("seed" in label for label in labels):
+    labels = [f"{label} seed {seed}" for label, seed in zip(labels, seeds)]
   version = runs[0]["settings"]["version"]
   tasks = [{int(k): r for k, r in res["tasks"].items()} for res in runs]
   ids = sorted(set().union(*tasks))
   papers = [PAPER_PER_TASK.get(_paper_key(res["settings"])) for res in runs]
-  head = ([f"{m} ours" for m in labels] + [f"{m} paper" for m in labels]
+  # The paper's per-task columns only where the paper has per-task numbers (word level).
+  shown = [(m, p) for m, p in zip(labels, papers) if p]
+  head = ([f"{m} ours" for m in labels] + [f"{m} paper" for m, _ in shown]
           + [f"{m} steps" for m in labels] + [f"{m} min" for m in labels])
   lines = [f"| task | {' | '.join(head)} |", "|---" * (len(head) + 1) + "|"]
   for k in ids:
@@ -412,29 +446,35 @@ def comparison_markdown(runs: Sequence[dict],
     used = next((r for r in rs if r and r.get("version", version) != version), {})
     cells = ([_accuracy_cell(r) for r in rs]
              + [f"{p[1][k]:g}" + (" ✓" if p[1][k] >= 100 * PASS_ACCURACY else "")
-                if p else "-" for p in papers]
+                for _, p in shown]
              + [_steps_cell(r) for r in rs] + [_wall_cell(r) for r in rs])
     lines.append(f"| {task_name(k, used, version)} | {' | '.join(cells)} |")
   common = [k for k in ids if all(t.get(k, {}).get("test_accuracy") is not None
                                   for t in tasks)]
-  lines += _summary_rows(common, tasks, papers)
+  lines += _summary_rows(common, tasks, [p for _, p in shown])
+  table2 = [_table2_mean(res["settings"]) for res in runs]
+  if any(m is not None for m in table2):
+    cells = ["-" if m is None else f"{m:.1f}" for m in table2]
+    lines.append(f"| paper, TACL Table 2 (mean over all 20) | {' | '.join(cells)} |"
+                 + " |" * (len(head) - len(cells)))
   lines += ["", *_footnotes(runs, labels, papers, common, version)]
   return "\n".join(lines) + "\n"
 
 
 def _summary_rows(common, tasks, papers) -> list[str]:
-  """The mean and passed rows over the sub-tasks ``common`` to every model."""
+  """The mean and passed rows over the sub-tasks ``common`` to every model (``papers``:
+  the per-task columns shown)."""
   n = len(common)
   if not n:
     return []
   ours = [[t[k]["test_accuracy"] * 100 for k in common] for t in tasks]
-  paper = [[p[1][k] for k in common] if p else None for p in papers]
-  fmt = lambda v: "-" if v is None else f"{v:.1f}"
-  mean = ([fmt(sum(o) / n) for o in ours] + [fmt(p and sum(p) / n) for p in paper]
+  paper = [[p[1][k] for k in common] for p in papers]
+  fmt = lambda v: f"{v:.1f}"
+  mean = ([fmt(sum(o) / n) for o in ours] + [fmt(sum(p) / n) for p in paper]
           + [str(sum(t[k]["steps"] for k in common)) for t in tasks]
           + [f"{sum(t[k]['wall_seconds'] for k in common) / 60:.1f}" for t in tasks])
   passed = lambda vs: f"{sum(v >= 100 * PASS_ACCURACY for v in vs)}/{n}"
-  count = ([passed(o) for o in ours] + [passed(p) if p else "-" for p in paper]
+  count = ([passed(o) for o in ours] + [passed(p) for p in paper]
            + [""] * (2 * len(tasks)))
   return [f"| **mean over {n} sub-task(s)** (steps, min: total) | {' | '.join(mean)} |",
           f"| passed (≥ 95%) | {' | '.join(count)} |"]
@@ -448,6 +488,10 @@ def _footnotes(runs, labels, papers, common, version) -> list[str]:
   if len(common) < babi_task.NUM_TASKS:
     lines.append(f"The mean and passed rows cover the {len(common)} sub-task(s) every "
                  "model has a result for, the paper's numbers the same sub-tasks.")
+  if any(_table2_mean(res["settings"]) is not None for res in runs):
+    lines.append("paper, TACL Table 2: the published mean of each set-up over all 20 "
+                 "sub-tasks (the paper has per-task numbers for the word level only); ours "
+                 "is the mean over the sub-tasks above.")
   if any(r.get("error") for res in runs for r in res["tasks"].values()):
     lines.append("missing: the sub-task's data files are not there (the error is in the "
                  "results JSON).")
