@@ -17,7 +17,8 @@ Equations" (ICLR 2021 submission, §4):
   <int32>[B, T], "lengths": <int32>[B], "targets": <int32>[B] (-1 on unlabelled test
   rows), "index", "id", "mask"}``, padded to the power-of-two bucket of its longest row.
   The loss is the multi-class hinge loss (:func:`rumjax.metrics.multi_margin_loss`, "Hinge Loss in
-  training"); metrics ``loss``, ``accuracy`` and, for two classes, ``precision``,
+  training"), with ``class_weights="balanced"`` (not in the paper) weighted per row by
+  :func:`balanced_class_weights` (the batch then carries ``"class_weight"``); metrics ``loss``, ``accuracy`` and, for two classes, ``precision``,
   ``recall`` and ``f1`` of class 1 and ``recall_0`` of class 0 (balanced accuracy is
   ``(recall + recall_0) / 2``; AFQMC's dev is 69.0% label 0, so accuracy alone cannot
   tell a model from the majority class). Adam 1e-4 ("1e-4 in fine-tuning"), seed 10, early
@@ -72,6 +73,7 @@ VARIANTS = tuple(config_lib.VARIANTS)
 EVAL_SPLITS = ("dev", "test")
 PAD, UNK, SEP = "<pad>", "<unk>", "<sep>"
 MIN_BUCKET = 16
+CLASS_WEIGHTS = ("none", "balanced")
 _BUILDER_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 
 
@@ -111,6 +113,9 @@ def validate_config(task: str, config: Mapping[str, Any]) -> None:
   common.check_int(config, "eval_batch_size", 1)
   if not 0 < config["mask_prob"] <= 1:
     raise ValueError(f"config.mask_prob={config['mask_prob']!r} must be in (0, 1].")
+  if config["class_weights"] not in CLASS_WEIGHTS:
+    raise ValueError(f"config.class_weights={config['class_weights']!r} must be one of "
+                     f"{list(CLASS_WEIGHTS)}.")
   if not isinstance(config["bucket_lengths"], bool):
     raise ValueError(f"config.bucket_lengths={config['bucket_lengths']!r} must be True or "
                      "False.")
@@ -242,13 +247,33 @@ def _mlm_maker(config, arrays: Mapping[str, np.ndarray], vocab: Vocabulary, seed
   return make
 
 
+def balanced_class_weights(targets: np.ndarray, num_classes: int) -> np.ndarray:
+  """``w_c = N / (C N_c)`` (<float32>[C]): ``N_c`` rows of the ``N`` labelled ones
+  (``targets >= 0``) have label ``c``; 0 for a class without rows. Weighted by them, every
+  class holds the same share of the loss (scikit-learn's ``class_weight="balanced"``)."""
+  targets = np.asarray(targets)
+  counts = np.bincount(targets[targets >= 0], minlength=num_classes).astype(np.float64)
+  weights = np.where(counts > 0, counts.sum() / (num_classes * np.maximum(counts, 1)), 0.0)
+  return weights.astype(np.float32)
+
+
 def _classify_maker(config, arrays: Mapping[str, np.ndarray], vocab: Vocabulary,
                     seed: int):
-  """``idx -> batch`` of the labelled rows (``vocab`` and ``seed`` unused: no masking)."""
+  """``idx -> batch`` of the labelled rows (``vocab`` and ``seed`` unused: no masking);
+  with ``class_weights="balanced"`` each row's ``"class_weight"``, from the training
+  split's label counts whatever split ``arrays`` is (0 on unlabelled rows)."""
   del vocab, seed
+  weights = None
+  if config.class_weights == "balanced":
+    weights = balanced_class_weights(data(config).splits["train"]["targets"],
+                                     SPECS.get(config.task).num_classes)
 
   def make(idx):
     batch = {k: v[idx] for k, v in arrays.items()}
+    if weights is not None:
+      targets = batch["targets"]
+      batch["class_weight"] = np.where(targets >= 0, weights[np.maximum(targets, 0)], 0.0
+                                       ).astype(np.float32)
     return _cut(batch, config.bucket_lengths)
 
   return make
@@ -331,15 +356,18 @@ def loss_and_metrics(outputs, batch):
   """Classification (logits <float>[B, C]): the hinge loss, accuracy and, for C = 2,
   precision / recall / F1 of class 1 and the recall of class 0. MLM (logits <float>[B, T, V]): the cross-entropy over
   every real position, and the loss / accuracy at the masked positions. All as
-  ``(sum, count)`` pairs over the real (mask 1) rows."""
+  ``(sum, count)`` pairs over the real (mask 1) rows. With ``batch["class_weight"]``
+  (``class_weights="balanced"``) the loss is the weighted mean
+  ``sum_i w_i l_i / sum_i w_i``; the other metrics count rows."""
   if outputs.ndim == 3:
     return mlm_loss_and_metrics(outputs, batch)
   targets = batch["targets"]
   mask = metrics.batch_mask(batch, targets.shape[0])
-  hinge = jnp.sum(metrics.multi_margin_loss(outputs, targets) * mask)
-  n = jnp.sum(mask)
+  weight = mask * batch["class_weight"] if "class_weight" in batch else mask
+  hinge = jnp.sum(metrics.multi_margin_loss(outputs, targets) * weight)
+  n, n_weight = jnp.sum(mask), jnp.sum(weight)
   pred = jnp.argmax(outputs, axis=-1)
-  out = {"loss": (hinge, n), "accuracy": (jnp.sum((pred == targets) * mask), n)}
+  out = {"loss": (hinge, n_weight), "accuracy": (jnp.sum((pred == targets) * mask), n)}
   if outputs.shape[-1] == 2:
     true_pos = jnp.sum((pred == 1) * (targets == 1) * mask)
     out["precision"] = (true_pos, jnp.sum((pred == 1) * mask))
@@ -348,7 +376,7 @@ def loss_and_metrics(outputs, batch):
     out["f1"] = (2 * true_pos, jnp.sum((pred == 1) * mask) + jnp.sum((targets == 1) * mask))
     out["recall_0"] = (jnp.sum((pred == 0) * (targets == 0) * mask),
                        jnp.sum((targets == 0) * mask))
-  return hinge / jnp.maximum(n, 1.0), out
+  return hinge / jnp.where(n_weight > 0, n_weight, 1.0), out
 
 
 def context_free_floor(data: Data, split: str = "dev") -> dict:

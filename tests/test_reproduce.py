@@ -236,9 +236,31 @@ def test_clue_tnews_ablations_are_starsabers_set_up():
   assert [abl.paper[k]["dev_accuracy"] for k in abl.models] == [53.04, 52.13, 52.31]
 
 
+def test_clue_afqmc_balanced_is_clue_afqmc_with_the_class_weighted_loss():
+  """Issue 47: the same models, phases and pretraining as ``clue_afqmc``; fine-tuning
+  differs only in ``class_weights``; the table adds the balanced accuracy (the mean of
+  the two recalls at the best checkpoint)."""
+  from tasks.experiments import clue as clue_exp
+  base, bal = EXPERIMENTS["clue_afqmc"], EXPERIMENTS["clue_afqmc_balanced"]
+  assert list(bal.models) == list(base.models) and bal.paper == base.paper
+  for key in base.models:
+    cfg, ref = (experiments.model_config(e, key).to_dict() for e in (bal, base))
+    assert (cfg.pop("class_weights"), ref.pop("class_weights")) == ("balanced", "none")
+    assert cfg == ref
+    pre, pre_ref = (experiments.pretrain_config(e, key) for e in (bal, base))
+    assert (pre is None) == (pre_ref is None)
+    if pre is not None:   # the MLM phase ignores class_weights
+      assert pre.objective == "mlm" and pre.learning_rate == pre_ref.learning_rate
+  record = {"best_metrics": {"eval_recall": 0.25, "eval_recall_0": 0.75}}
+  assert clue_exp._balanced_accuracy(record) == 50.0
+  assert clue_exp._balanced_accuracy({"best_metrics": {"eval_recall": 0.2}}) is None
+  assert [c.header for c in bal.columns][-2:] == ["balanced acc. (%)", "paper dev (%)"]
+  assert any("Not the paper's set-up" in line for line in bal.notes({"models": {}}))
+
+
 def test_configs_of_the_paper():
   assert sorted(EXPERIMENTS) == ["char_ptb_ablations", "char_ptb_equal_params", "clue_afqmc",
-                                 "clue_tnews", "clue_tnews_ablations",
+                                 "clue_afqmc_balanced", "clue_tnews", "clue_tnews_ablations",
                                  "copying_T1000", "copying_T200", "copying_T500",
                                  "lam_copying", "lam_recall_T30", "recall_T30", "recall_T50",
                                  "sst_binary", "sst_fine", "summ_synthetic",

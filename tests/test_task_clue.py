@@ -228,6 +228,60 @@ def test_classification_metrics_count_precision_and_recall_of_class_one():
   assert "precision" not in three
 
 
+def test_balanced_class_weights_by_hand():
+  w = clue.balanced_class_weights(np.asarray([0, 0, 0, 1, -1]), 3)
+  # N = 4 labelled rows, C = 3: w_c = 4 / (3 N_c); class 2 has no row.
+  np.testing.assert_allclose(w, [4 / 9, 4 / 3, 0.0], rtol=1e-6)
+  assert w.dtype == np.float32
+
+
+def test_class_weighted_hinge_loss_against_a_loop():
+  """``class_weight`` in the batch: the loss is sum_i w_i l_i / sum_i w_i over the real
+  rows (float64 loop, float32 on this CPU: 1e-6); accuracy and F1 still count rows."""
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(6, 2)).astype(np.float32)
+  targets = np.asarray([0, 1, 0, 0, 1, 0])
+  mask = np.asarray([1, 1, 1, 1, 1, 0], np.float32)
+  weight = np.asarray([0.75, 1.5, 0.75, 0.75, 1.5, 0.75], np.float32)
+  batch = {"targets": jnp.asarray(targets), "mask": jnp.asarray(mask),
+           "class_weight": jnp.asarray(weight)}
+  loss, m = clue.loss_and_metrics(jnp.asarray(logits), batch)
+  num = den = 0.0
+  for i in range(6):
+    if mask[i]:
+      y = targets[i]
+      hinge = max(0.0, 1.0 - float(logits[i, y]) + float(logits[i, 1 - y])) / 2
+      num, den = num + float(weight[i]) * hinge, den + float(weight[i])
+  assert float(loss) == pytest.approx(num / den, rel=1e-6)
+  assert [float(x) for x in m["loss"]] == pytest.approx([num, den], rel=1e-6)
+  unweighted = clue.loss_and_metrics(jnp.asarray(logits), {k: v for k, v in batch.items()
+                                                           if k != "class_weight"})[1]
+  for name in ("accuracy", "f1", "recall_0"):
+    assert [float(x) for x in m[name]] == [float(x) for x in unweighted[name]]
+
+
+def test_balanced_batches_carry_the_training_splits_weights(tmp_path):
+  """Train and dev rows get the weight of their label from the train split's counts
+  (the fixture: 8 of 24 train pairs are label 1, so w_0 = 24 / 32, w_1 = 24 / 16); the
+  fine-tuning runs through the loop with it; a bad value is a one-line error."""
+  folder = afqmc_dir(tmp_path)
+  task, config = _config("afqmc", folder, tmp_path, class_weights="balanced")
+  want = {0: 0.75, 1: 1.5}
+  batch = next(iter(task.train_data(config)))
+  for y, w in zip(batch["targets"], batch["class_weight"]):
+    assert w == pytest.approx(want[int(y)])
+  dev = next(iter(task.eval_data(config, "dev")))
+  real = dev["mask"] > 0
+  assert set(np.round(dev["class_weight"][real], 6)) <= {0.75, 1.5}
+  assert "class_weight" not in next(iter(task.train_data(_config(
+      "afqmc", folder, tmp_path)[1])))
+  summary = training.train_and_evaluate(config, str(tmp_path / "run"), task)
+  assert np.isfinite(summary["eval_loss"]) and 0 <= summary["eval_f1"] <= 1
+  with pytest.raises(ValueError, match=r"config\.class_weights='inverse' must be one of") as err:
+    _config("afqmc", folder, tmp_path, class_weights="inverse")
+  assert "\n" not in str(err.value)
+
+
 def test_afqmc_stops_on_dev_loss_the_others_on_accuracy():
   from tasks.configs import clue as clue_config
   afqmc = clue_config.get_config("afqmc")
