@@ -244,6 +244,10 @@ def test_comparison_table(tmp_path):
   assert rows["**mean over 2 sub-task(s)** (steps, min: total)"] == [
       "63.5", "35.0", "63.2", "35.0", "3580", "2400", "15.0", "7.5 |"]
   assert rows["passed (≥ 95%)"][:4] == ["1/2", "0/2", "0/2", "0/2"]
+  last = next(line for line in lines if line.startswith("| best dev at the last evaluation"))
+  # _fake_run puts the best step 5 evaluations before the end: none peaked at the end.
+  assert last.split(" | ")[1:3] == ["0/2", "0/2"]
+  assert len(last.split("|")) == len(lines[0].split("|"))
   assert "The mean and passed rows cover the 2 sub-task(s)" in text
   assert "missing: the sub-task's data files are not there" in text
   assert "at most 580 on 1k (dev every 29), 5640 on 10k (dev every 282) steps" in text
@@ -269,6 +273,7 @@ def test_comparison_table_at_the_sentence_level():
   when the runs differ in seed."""
   rows = {1: (0.5, 2820, 1.0), 2: (0.4, 2820, 1.0)}
   lstm = _fake_run("lstm", rows, level="sentence")
+  lstm["tasks"]["2"]["best_step"] = 2820   # peaked at its last evaluation
   tanh = _fake_run("rum", rows, level="sentence", attention=True,
                    sets={"model.activation": "tanh"})
   eurnn = _fake_run("eurnn", rows, level="sentence", seed=1)
@@ -282,6 +287,8 @@ def test_comparison_table_at_the_sentence_level():
   assert table2.split(" | ")[1:4] == ["67.2", "72.9", "66.7"]   # lines 10, 15, 9
   assert len(table2.split("|")) == len(lines[0].split("|"))
   assert "seed 0, model.activation=tanh;" in text
+  last = next(line for line in lines if line.startswith("| best dev at the last evaluation"))
+  assert last.split(" | ")[1:4] == ["1/2", "0/2", "0/2"]
   # Without a seed difference, no seed in the labels.
   assert babi_configs.comparison_markdown([lstm, tanh]).startswith(
       "| task | LSTM ours | attnRUM λ=0 tanh ours |")
