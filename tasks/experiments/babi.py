@@ -95,6 +95,12 @@ def activation_set(settings: dict) -> Optional[str]:
   return (settings.get("sets") or {}).get("model.activation")
 
 
+def table2_mean(settings: dict) -> Optional[float]:
+  """:func:`paper_mean` of a run's settings (a :class:`Settings` as a dict)."""
+  return paper_mean(settings["level"], settings["cell"], settings["lam"],
+                    settings.get("attention", False), activation_set(settings))
+
+
 def paper_per_task(level: str, cell: str, lam: int, attention: bool) -> Optional[str]:
   """The key of :data:`PAPER_PER_TASK` for this set-up (word level without attention:
   RUM lam=0, LSTM, GORU), or ``None``."""
@@ -144,8 +150,7 @@ class Settings:
             f"hidden {self.hidden_size}")
 
   def paper_mean(self) -> Optional[float]:
-    return paper_mean(self.level, self.cell, self.lam, self.attention,
-                      activation_set(dataclasses.asdict(self)))
+    return table2_mean(dataclasses.asdict(self))
 
 
 def _has_files(manual_dir: str, version: str, k: int) -> bool:
@@ -361,15 +366,9 @@ def model_label(settings: dict) -> str:
   cell = settings["cell"]
   label = CELL_LABELS.get(cell, cell)
   if cell == "rum":
-    label += f" λ={settings['lam']}"
-    if activation_set(settings):
-      label += f" {activation_set(settings)}"
+    activation = activation_set(settings)
+    label += f" λ={settings['lam']}" + (f" {activation}" if activation else "")
   return ("attn" if settings.get("attention") else "") + label
-
-
-def _table2_mean(settings: dict) -> Optional[float]:
-  return paper_mean(settings["level"], settings["cell"], settings["lam"],
-                    settings.get("attention", False), activation_set(settings))
 
 
 def _paper_key(settings: dict) -> Optional[str]:
@@ -452,7 +451,7 @@ def comparison_markdown(runs: Sequence[dict],
   common = [k for k in ids if all(t.get(k, {}).get("test_accuracy") is not None
                                   for t in tasks)]
   lines += _summary_rows(common, tasks, [p for _, p in shown])
-  table2 = [_table2_mean(res["settings"]) for res in runs]
+  table2 = [table2_mean(res["settings"]) for res in runs]
   if any(m is not None for m in table2):
     cells = ["-" if m is None else f"{m:.1f}" for m in table2]
     lines.append(f"| paper, TACL Table 2 (mean over all 20) | {' | '.join(cells)} |"
@@ -494,7 +493,7 @@ def _footnotes(runs, labels, papers, common, version) -> list[str]:
   if len(common) < babi_task.NUM_TASKS:
     lines.append(f"The mean and passed rows cover the {len(common)} sub-task(s) every "
                  "model has a result for, the paper's numbers the same sub-tasks.")
-  if any(_table2_mean(res["settings"]) is not None for res in runs):
+  if any(table2_mean(res["settings"]) is not None for res in runs):
     lines.append("paper, TACL Table 2: the published mean of each set-up over all 20 "
                  "sub-tasks (the paper has per-task numbers for the word level only); ours "
                  "is the mean over the sub-tasks above.")

@@ -159,7 +159,8 @@ COLUMNS["afqmc_balanced"] = (
     experiments.Column("balanced acc. (%)", _balanced_accuracy), COLUMNS["afqmc"][-1])
 
 
-def notes(task: str):
+def notes(task: str, balanced: bool = False):
+  """The table's notes for ``task``; ``balanced``: fine-tuned with the class-balanced loss."""
   def lines(summary: dict) -> list[str]:
     out = ["Dev metrics at the best dev checkpoint (early stopping's `best`; CLUE's test "
            "labels are private). Masked acc.: the pretraining run's final masked-token "
@@ -171,14 +172,14 @@ def notes(task: str):
                  f"{100 * floor['accuracy']:.1f}% (always the most frequent character), "
                  f"{floor['cross_entropy']:.2f} nats (its unigram): a masked accuracy near "
                  "it means a model learnt no context.")
-    if task == "afqmc_balanced":
+    if balanced:
       out.append("Not the paper's set-up: the fine-tuning loss weights each row by "
                  "N / (2 N_y) of the train split (`class_weights=\"balanced\"`, "
                  "early stopping on that weighted dev loss), so predicting the majority "
                  "class alone no longer minimises it; balanced acc. is the mean of the "
                  "two classes' recalls (50% for any constant prediction). The paper's "
                  "column is its unweighted accuracy.")
-    if task.startswith("afqmc"):
+    if task == "afqmc":
       out.append(f"The majority class (label 0) is {100 * MAJORITY_DEV['afqmc']:.1f}% of "
                  "dev: accuracy there with F1 0 is no ranking; F1 and the recall of class 0 "
                  "say what each model learnt.")
@@ -237,7 +238,7 @@ def balanced(task: str = "afqmc") -> experiments.Experiment:
       base, name=f"clue_{task}_balanced",
       models={k: (label, {**fields, "class_weights": "balanced"})
               for k, (label, fields) in base.models.items()},
-      columns=COLUMNS[f"{task}_balanced"], notes=notes(f"{task}_balanced"),
+      columns=COLUMNS[f"{task}_balanced"], notes=notes(task, balanced=True),
       paper_source=base.paper_source + "; the paper's loss is not class-weighted")
 
 
