@@ -1,9 +1,11 @@
-"""The commands of RESULTS.md and the usage examples of ``launch/`` run on a fresh clone
-(issue 32, item 6): no file names a path of one machine, every ``python -m launch.X``
-command names an existing module and only flags it defines, and every ``--config.FIELD``
-is a field of the command's task config. Nothing is run: the flags are read from the
-modules' source (their ``DEFINE_*`` calls), the config fields from
-``tasks.get_task(task).get_config(variant)``."""
+"""The commands of the README, WORKSPACE.md, RESULTS.md and the usage examples of
+``launch/`` run on a fresh clone (issue 32, item 6): no file names a path of one machine,
+every ``python -m launch.X`` command names an existing module and only flags it defines,
+with values of the flag's kind (an integer, a number, one of an enum's choices, a
+registered cell), and every ``--config.FIELD`` is a field of the command's task config.
+Nothing is run: the flags are read from the modules' source (their ``DEFINE_*`` calls),
+the config fields from ``tasks.get_task(task).get_config(variant)``. Values the text
+leaves to the reader (``$c``, ``<folder>``, ``...``) are not checked, their flags are."""
 
 import ast
 import functools
@@ -38,8 +40,8 @@ def _read(path):
 
 
 def _scanned_files():
-  patterns = ("RESULTS.md", "launch/*.py", "tasks/experiments/*.py", "tasks/configs/*.py", "docs/figures/*.json",
-              "notebooks/*.ipynb")
+  patterns = ("README.md", "WORKSPACE.md", "RESULTS.md", "launch/*.py", "tasks/experiments/*.py",
+              "tasks/configs/*.py", "docs/figures/*.json", "notebooks/*.ipynb")
   return sorted(os.path.relpath(p, REPO) for pattern in patterns
                 for p in glob.glob(os.path.join(REPO, pattern)))
 
@@ -69,9 +71,13 @@ def docstring_commands(path: str) -> list[str]:
   return _command_lines(ast.get_docstring(ast.parse(_read(path)), clean=False) or "")
 
 
+DOCUMENTS = ("README.md", "WORKSPACE.md", "RESULTS.md")
+
+
 def all_commands() -> list[tuple[str, str]]:
-  """``(where, command)``: RESULTS.md, the docstrings of launch/, tasks/experiments/ and tasks/configs/."""
-  out = [("RESULTS.md", c) for c in markdown_commands(_read("RESULTS.md"))]
+  """``(where, command)``: the documents, the docstrings of launch/, tasks/experiments/ and
+  tasks/configs/."""
+  out = [(name, c) for name in DOCUMENTS for c in markdown_commands(_read(name))]
   for pattern in ("launch/*.py", "tasks/experiments/*.py", "tasks/configs/*.py"):
     for path in sorted(glob.glob(os.path.join(REPO, pattern))):
       rel = os.path.relpath(path, REPO)
@@ -81,8 +87,8 @@ def all_commands() -> list[tuple[str, str]]:
 
 @functools.lru_cache(maxsize=None)
 def module_flags(module: str) -> dict:
-  """``{flag: (DEFINE kind, default)}`` of ``launch/<module>.py`` and of the launch
-  modules it imports, from their ``DEFINE_*("name", default, ...)`` calls."""
+  """``{flag: (DEFINE kind, default, enum choices or None)}`` of ``launch/<module>.py`` and
+  of the launch modules it imports, from their ``DEFINE_*("name", default, ...)`` calls."""
   tree = ast.parse(_read(os.path.join("launch", module + ".py")))
   out = {}
   for node in ast.walk(tree):
@@ -93,28 +99,61 @@ def module_flags(module: str) -> dict:
         and node.func.attr.startswith("DEFINE") and node.args
         and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
       default = node.args[1] if len(node.args) > 1 else None
-      out[node.args[0].value] = (node.func.attr, default.value
-                                 if isinstance(default, ast.Constant) else None)
+      choices = node.args[2] if len(node.args) > 2 else None
+      out[node.args[0].value] = (
+          node.func.attr, default.value if isinstance(default, ast.Constant) else None,
+          ast.literal_eval(choices) if isinstance(choices, ast.List) else None)
   return out
+
+
+def _left_to_reader(value: str) -> bool:
+  return any(mark in value for mark in ("$", "<", ">", "..."))
+
+
+def check_value(module: str, name: str, value: str, kind: str, choices) -> None:
+  """``AssertionError`` if ``--name=value`` is not of the flag's kind."""
+  where = f"launch.{module} --{name}={value}"
+  if _left_to_reader(value):
+    return
+  if kind == "DEFINE_integer":
+    assert re.fullmatch(r"[+-]?\d+", value), f"{where}: not an integer"
+  elif kind == "DEFINE_float":
+    try:
+      float(value)
+    except ValueError:
+      raise AssertionError(f"{where}: not a number") from None
+  elif kind in ("DEFINE_bool", "DEFINE_boolean"):
+    assert value.lower() in ("true", "false", "1", "0"), f"{where}: not true or false"
+  elif kind == "DEFINE_enum" and choices is not None:
+    assert value in choices, f"{where}: not one of {choices}"
+  if name == "cell" and kind == "DEFINE_string":
+    from rumjax.cells.registry import cell_names
+    assert value in cell_names(), f"{where}: no such cell (known: {cell_names()})"
 
 
 def check_command(command: str) -> None:
   """``AssertionError`` naming what in ``command`` would not run."""
-  argv = shlex.split(command, comments=True)
+  lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+  lexer.whitespace_split = True
+  argv = list(lexer)
+  argv = argv[:next((i for i, a in enumerate(argv) if a[0] in ";&|"), len(argv))]  # ; done
   assert argv[:2] == ["python", "-m"] and argv[2].startswith("launch."), command
   module = argv[2].split(".", 1)[1]
   assert os.path.isfile(os.path.join(REPO, "launch", module + ".py")), (
       f"no module launch.{module}: {command}")
   known = module_flags(module)
+  tasks.import_modules(configs.argv_value(argv, "imports"))   # their cells and tasks
   for arg in argv[3:]:
     if not arg.startswith("--"):
       continue
-    name = arg[2:].split("=", 1)[0]
+    name, has_value, value = arg[2:].partition("=")
     if name.startswith("config.") and "config" in known:
       continue                                   # checked against the task's config below
     bool_flag = known.get(name[2:], ("",))[0] in ("DEFINE_bool", "DEFINE_boolean")
     assert name in known or name in ABSL_FLAGS or (name.startswith("no") and bool_flag), (
         f"launch.{module} has no flag --{name}: {command}")
+    if name in known and has_value:
+      check_value(module, name, value, known[name][0], known[name][2])
   name = configs.argv_value(argv, "task", known.get("task", (None, None))[1])
   if "config" in known and name:     # launch.train (evaluate: the workdir's task if none)
     config = tasks.get_task(name).get_config(configs.argv_value(argv, "variant"))
@@ -147,7 +186,7 @@ COMMANDS = all_commands()
 
 def test_the_commands_are_found():
   where = {w for w, _ in COMMANDS}
-  assert {"RESULTS.md", "launch/train.py", "launch/reproduce.py", "launch/landscape.py",
+  assert {"README.md", "WORKSPACE.md", "RESULTS.md", "launch/train.py", "launch/reproduce.py", "launch/landscape.py",
           "launch/attention.py", "launch/summ_analysis.py"} <= where
   results = [c for w, c in COMMANDS if w == "RESULTS.md"]
   assert len(results) >= 30
@@ -180,6 +219,17 @@ def test_the_checks_catch_bad_commands():
       ("python -m launch.landscape --rum_workdir=/tmp/a --goru_dir=/tmp/b", "--goru_dir")):
     with pytest.raises(AssertionError, match=match):
       check_command(bad)
+  for bad, match in (
+      ("python -m launch.train --task=recall --steps=many", "not an integer"),
+      ("python -m launch.train --task=recall --budget_minutes=ten", "not a number"),
+      ("python -m launch.babi_all --level=paragraph", "not one of"),
+      ("python -m launch.babi_all --attention=maybe", "not true or false"),
+      ("python -m launch.train --task=recall --cell=rnm", "no such cell")):
+    with pytest.raises(AssertionError, match=match):
+      check_command(bad)
+  check_command("python -m launch.babi_all --workdir=/tmp/b/$c --cell=$c --level=sentence")
+  check_command("python -m launch.train --imports=tests.recipe_example --task=first_symbol "
+                "--cell=elman --workdir=/tmp/x")
   with pytest.raises(ValueError, match="unknown config field 'model.hiden_size'"):
     check_command("python -m launch.train --task=recall --config.model.hiden_size=3")
   with pytest.raises(ValueError, match="unknown model"):
@@ -239,6 +289,13 @@ def test_results_shows_every_figure_it_names():
              for p in glob.glob(os.path.join(REPO, "docs", "figures", "*" + suffix))}
   assert not sorted(on_disk - shown), (
       f"images in docs/figures/ that RESULTS.md does not show: {sorted(on_disk - shown)}")
+
+
+def test_the_readme_and_workspace_name_existing_figures():
+  for name in ("README.md", "WORKSPACE.md"):
+    named, shown = figures_named_and_shown(_read(name))
+    missing = sorted(p for p in named | shown if not os.path.isfile(os.path.join(REPO, p)))
+    assert not missing, f"{name} names figures that are not in docs/figures/: {missing}"
 
 
 def test_the_figure_checks():
