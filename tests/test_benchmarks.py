@@ -34,9 +34,12 @@ def test_parse_shape_wrong_rank(name):
     cells.parse_shape(name)
 
 
-def test_parse_shape_not_a_number():
-  with pytest.raises(ValueError):
-    cells.parse_shape("recal")
+@pytest.mark.parametrize("name", ["recal", "foo", "4x5x3xa", "4x0x3x4", "4x-5x3x4"])
+def test_parse_shape_not_positive_numbers(name):
+  """A misspelt name or a bad number: the one-line error that names both forms, not
+  ``int()``'s "invalid literal"."""
+  with pytest.raises(ValueError, match="is neither .* nor BxTxNxxNh"):
+    cells.parse_shape(name)
 
 
 def test_parse_decode_lm_and_encoder_shapes():
@@ -46,8 +49,11 @@ def test_parse_decode_lm_and_encoder_shapes():
   assert lm.parse_lm_shape("2x5", 100.0) == (2, 5)
   with pytest.raises(ValueError, match="is not BxT or lm_scale"):
     lm.parse_lm_shape("2x5", 0.0)
-  with pytest.raises(ValueError, match="is not BxT or lm_scale"):
-    lm.parse_lm_shape("2x5x1", 1.0)
+  for text in ("2x5x1", "2xfive", "0x5"):
+    with pytest.raises(ValueError, match="is not BxT or lm_scale"):
+      lm.parse_lm_shape(text, 1.0)
+  with pytest.raises(ValueError, match="is not BxNhxVxT"):
+    decoding.parse_decode_shape("2x8x32xsix")
   assert encoders.parse_encoder_args(["2x8", "4x16"], "1x16") == ([(2, 8), (4, 16)], (1, 16))
   for shapes, size in [(["2x8x1"], "1x16"), (["2x8"], "16"), (["ax8"], "1x16")]:
     with pytest.raises(ValueError, match="must be BxT and encoder_size"):

@@ -101,9 +101,10 @@ def parse_shape(name):
   """``(B, T, Nx, Nh)`` of a named shape (``SHAPES``) or of ``BxTxNxxNh``."""
   if name in SHAPES:
     return SHAPES[name]
-  dims = tuple(int(v) for v in name.lower().split("x"))
-  if len(dims) != 4:
-    raise ValueError(f"shape {name!r} is neither {sorted(SHAPES)} nor BxTxNxxNh.")
+  dims = timing.parse_dims(name, 4)
+  if dims is None:
+    raise ValueError(f"shape {name!r} is neither {sorted(SHAPES)} nor BxTxNxxNh "
+                     "(positive integers, e.g. 32x2080x10x100).")
   return dims
 
 

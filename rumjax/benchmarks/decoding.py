@@ -27,8 +27,8 @@ DECODER_CELLS.register("rum1", functools.partial(RUMCell, lam=1))
 
 def parse_decode_shape(text):
   """``(B, Nh, V, T)`` of ``BxNhxVxT``."""
-  shape = tuple(int(v) for v in text.lower().split("x"))
-  if len(shape) != 4:
+  shape = timing.parse_dims(text, 4)
+  if shape is None:
     raise ValueError(f"decode_shape {text!r} is not BxNhxVxT.")
   return shape
 

@@ -16,14 +16,12 @@ ENCODER_VOCAB = 5000
 
 def parse_encoder_args(shapes, size):
   """``([(B, T), ...], (L, D))`` of ``BxT`` strings and an ``LxD`` string."""
-  try:
-    parsed = [tuple(int(v) for v in x.lower().split("x")) for x in shapes]
-    layers, d = (int(v) for v in size.lower().split("x"))
-    assert all(len(x) == 2 for x in parsed)
-  except (ValueError, AssertionError):
+  parsed = [timing.parse_dims(x, 2) for x in shapes]
+  layers_d = timing.parse_dims(size, 2)
+  if None in parsed or layers_d is None:
     raise ValueError(f"encoder_shapes {shapes} must be BxT and encoder_size "
-                     f"{size!r} LxD.") from None
-  return parsed, (layers, d)
+                     f"{size!r} LxD (positive integers).")
+  return parsed, layers_d
 
 
 def make_encoder_step(name, layers, d, b, t, dtype="float32"):

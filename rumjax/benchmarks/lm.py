@@ -23,8 +23,8 @@ LM_SIZES = ("hidden_size", "fast_size", "slow_size")
 
 def parse_lm_shape(text, scale):
   """``(B, T)`` of ``BxT``; ``scale`` must be positive."""
-  shape = tuple(int(v) for v in text.lower().split("x"))
-  if len(shape) != 2 or scale <= 0:
+  shape = timing.parse_dims(text, 2)
+  if shape is None or scale <= 0:
     raise ValueError(f"lm_shape {text!r} is not BxT or lm_scale "
                      f"{scale} is not positive.")
   return shape

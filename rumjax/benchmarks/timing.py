@@ -12,6 +12,15 @@ import jax.numpy as jnp
 from rumjax.utils import host_cpu
 
 
+def parse_dims(text: str, count: int) -> tuple[int, ...]:
+  """The ``count`` positive integers of ``"AxBx..."`` (any case of ``x``), or ``None`` if
+  ``text`` is not of that form (the caller's error names the form it wants)."""
+  parts = text.lower().split("x")
+  if len(parts) != count or not all(p.isdigit() and int(p) > 0 for p in parts):
+    return None
+  return tuple(int(p) for p in parts)
+
+
 def peak_matmul(n, repeats):
   """FLOP/s of an ``n x n x n`` f32 matmul on one device (best of ``max(3, repeats)``)."""
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
