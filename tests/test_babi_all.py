@@ -126,6 +126,9 @@ def test_budget(settings, tmp_path):
     babi_configs.run_subtasks([1], str(tmp_path), babi_configs.Settings(patience=0))
   with pytest.raises(ValueError, match=r"sub-tasks \[21\]"):
     babi_configs.run_subtasks([21], str(tmp_path), settings)
+  with pytest.raises(ValueError, match="lam=2 must be 0 or 1"):   # not a silent 2nd power
+    babi_configs.run_subtasks([1], str(tmp_path / "zero"),
+                              dataclasses.replace(settings, cell="rum", lam=2))
   for field in ("max_steps", "eval_every"):   # 0 used to mean the default, silently
     with pytest.raises(ValueError, match=f"{field}=0 must be >= 1"):
       babi_configs.run_subtasks([1], str(tmp_path / "zero"),

@@ -219,6 +219,10 @@ def check_settings(task_ids: Sequence[int], settings: Settings) -> None:
     raise ValueError(f"sub-tasks {bad} are not in 1..{babi_task.NUM_TASKS}.")
   if settings.patience < 1:
     raise ValueError(f"patience={settings.patience} must be >= 1.")
+  if settings.cell == "rum" and settings.lam not in (0, 1):
+    raise ValueError(f"lam={settings.lam} must be 0 or 1 (Table 2's RUM lines); a real lam "
+                     "trains one sub-task with launch.train --task=babi "
+                     "--config.model.lam=VALUE.")
   training.check_budget_minutes(settings.budget_minutes)
   for name in ("max_steps", "eval_every"):
     value = getattr(settings, name)
