@@ -40,6 +40,7 @@ def test_metrics_equal_the_logged_final_evaluation(run):
 @pytest.mark.parametrize("args,message", [
     (["--evals=tset"], "error: unknown evaluator(s) ['tset']; config.evals has"),
     (["--best"], "error: no checkpoints in"),
+    (["--step=7"], "error: no checkpoint at step 7 in"),
     (["--config.learning_rat=1"], "unknown config field 'learning_rat'"),
 ])
 def test_bad_input_is_one_line(run, args, message):

@@ -554,9 +554,13 @@ def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=1000, read_only=True)
   try:
     restored = checkpointer.restore(_abstract(state, mesh), step=step)
+    saved = sorted(checkpointer.manager.all_steps())
   finally:
     checkpointer.close()
   if restored is None:
+    if step is not None and step not in saved:
+      raise ValueError(f"no checkpoint at step {step} in {directory}; the steps saved there "
+                       f"are {saved}.")
     raise ValueError(f"no loadable checkpoint{'' if step is None else f' at step {step}'} "
                      f"in {directory}.")
   state, _, at = restored
