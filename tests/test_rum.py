@@ -175,6 +175,12 @@ def test_init_rum_params_layout():
       np.testing.assert_allclose(block.T @ block, np.eye(5), atol=1e-5)  # gain 1.0
 
 
+@pytest.mark.parametrize("nx,nh", [(3, 0), (0, 4), (3, 2.5), (3, True)])
+def test_init_rum_params_sizes_must_be_positive_integers(nx, nh):
+  with pytest.raises(ValueError, match="must be a positive integer"):
+    rumjax.init_rum_params(jax.random.key(0), nx, nh)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(lam=-1), "lam=-1.*>= 0"),
     (dict(lam=-0.5), "lam=-0.5.*>= 0"),
