@@ -265,3 +265,13 @@ def test_kernel_plane_orthogonal_through_antiparallel():
                              np.broadcast_to(np.eye(7), r.shape), atol=1e-6)
   unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
   np.testing.assert_allclose(np.einsum("bij,bj->bi", r, unit(a)), unit(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: rotation_matrix(jnp.float32(1.0), jnp.float32(2.0)), "a is a scalar"),
+    (lambda: rotate(jnp.ones(3), jnp.ones(4), jnp.ones(3)), r"a: 3, b: 4, h: 3"),
+    (lambda: rotate(jnp.ones(3), jnp.ones(3), jnp.ones(2)), r"a: 3, b: 3, h: 2"),
+])
+def test_wrong_shapes_are_one_line_errors(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()

@@ -163,6 +163,20 @@ def _two_passes(a, b, h=None):
   return passes if h is None else (passes, h_dots)
 
 
+def check_vectors(**vectors) -> None:
+  """``ValueError`` unless every argument is an array of vectors ``<..., N>`` of one ``N``
+  (checked when tracing; free at run time)."""
+  sizes = {}
+  for name, v in vectors.items():
+    if jnp.ndim(v) == 0:
+      raise ValueError(f"{name} is a scalar; Rotation takes vectors <..., N> (N >= 1).")
+    sizes[name] = jnp.shape(v)[-1]
+  if len(set(sizes.values())) > 1:
+    listed = ", ".join(f"{k}: {n}" for k, n in sizes.items())
+    raise ValueError(f"the vectors' sizes differ ({listed}); Rotation takes vectors of one "
+                     "size N in the last axis.")
+
+
 def rotation_plane(a: jax.Array, b: jax.Array, in_kernel: bool = False) -> RotationPlane:
   """The plane, angle and 2 x 2 block of ``Rotation(a, b)`` (eq. (1)), batched.
 
@@ -176,6 +190,7 @@ def rotation_plane(a: jax.Array, b: jax.Array, in_kernel: bool = False) -> Rotat
     module docstring for the degenerate cases and the numerics near anti-parallel, and
     :func:`_two_passes` for how the plane is computed.
   """
+  check_vectors(a=a, b=b)
   dtype = at_least_float32(a, b)
   a, b = jnp.broadcast_arrays(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
   w = _two_passes(a, b)
@@ -230,6 +245,7 @@ def rotate(a: jax.Array, b: jax.Array, h: jax.Array) -> jax.Array:
     >>> a, b = jnp.array([1., 0., 0.]), jnp.array([0., 1., 0.])
     >>> rotate(a, b, jnp.array([1., 0., 5.]))   # -> [0., 1., 5.]
   """
+  check_vectors(a=a, b=b, h=h)
   out_dtype = jnp.result_type(a, b, h, float)
   plane = rotation_plane(a, b)
   return apply_plane(plane, jnp.asarray(h, plane.u.dtype)).astype(out_dtype)
