@@ -181,6 +181,17 @@ def test_init_rum_params_sizes_must_be_positive_integers(nx, nh):
     rumjax.init_rum_params(jax.random.key(0), nx, nh)
 
 
+@pytest.mark.parametrize("call", [
+    lambda: rumjax.init_lstmn_params(jax.random.key(0), 3, 0, 4),
+    lambda: rumjax.init_starsaber_params(jax.random.key(0), 0),
+    lambda: rumjax.make_cell("rum", 0),
+])
+def test_every_initializer_names_a_size_that_is_not_positive(call):
+  """Not a ZeroDivisionError from the initializer's fan-in, nor empty parameters."""
+  with pytest.raises(ValueError, match="=0 must be a positive integer"):
+    call()
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(lam=-1), "lam=-1.*>= 0"),
     (dict(lam=-0.5), "lam=-0.5.*>= 0"),

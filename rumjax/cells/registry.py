@@ -20,6 +20,7 @@ import flax.linen as nn
 
 from rumjax.cells import flax_cells
 from rumjax.cells.base import resolve_dtype, resolve_precision
+from rumjax.core import initializers
 from rumjax.registry import Registry, did_you_mean
 
 # The precision policy's fields: every registered cell has them (Flax's cells too).
@@ -86,6 +87,7 @@ def make_cell(name: str, features: int, **kwargs: Any) -> nn.RNNCellBase:
   option the cell does not have, or naming the dtype choices for an unknown dtype name.
   """
   cls = get_cell_class(name)
+  initializers.check_sizes(features=features)
   accepted = cell_fields(name)
   unknown = sorted(set(kwargs) - set(accepted))
   if unknown:

@@ -1,9 +1,18 @@
 """Initializers shared by the papers' cells."""
 
+import numbers
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+
+
+def check_sizes(**sizes) -> None:
+  """``ValueError`` naming the first of ``sizes`` that is not a positive integer (a
+  parameter initializer's layer sizes: a size 0 would give empty arrays or divide by 0)."""
+  for name, size in sizes.items():
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+      raise ValueError(f"{name}={size!r} must be a positive integer (a layer size).")
 
 
 def block_orthogonal(num_blocks: int, scale: float = 1.0) -> Callable:

@@ -98,6 +98,7 @@ def init_lstmn_params(key: Array, nx: int, nh: int, na: int, dtype=jnp.float32) 
     ``{"attn_h": (nh, na), "attn_x": (nx, na), "attn_ht": (nh, na), "attn_v": (na,),
     "gates_x": (nx, 4 nh), "gates_h": (nh, 4 nh), "gates_bias": (4 nh,)}``.
   """
+  initializers.check_sizes(nx=nx, nh=nh, na=na)
   shapes = param_shapes(nx, nh, na)
   keys = jax.random.split(key, len(PARAM_NAMES))
   return {name: INITIALIZERS[name](k, shapes[name], dtype)

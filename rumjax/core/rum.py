@@ -176,10 +176,7 @@ def init_rum_params(key: Array, nx: int, nh: int, dtype=jnp.float32) -> dict:
   Raises:
     ValueError: if ``nx`` or ``nh`` is not a positive integer.
   """
-  for name, size in (("nx", nx), ("nh", nh)):
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
-      raise ValueError(f"{name}={size!r} must be a positive integer (the input and hidden "
-                       "sizes of RUM).")
+  initializers.check_sizes(nx=nx, nh=nh)
   kx, kh = jax.random.split(key)
   return {
       "kernel_x": rum_kernel_init(3)(kx, (nx, 3 * nh), dtype),

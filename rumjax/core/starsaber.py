@@ -55,6 +55,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from rumjax.core import initializers
 from rumjax.core.attention import masked_softmax
 from rumjax.core.precision import at_least_float32
 
@@ -104,6 +105,7 @@ def init_starsaber_params(key: Array, d: int, *, gate: bool = False,
   Returns:
     ``{name: array}`` with the shapes of :func:`param_shapes`.
   """
+  initializers.check_sizes(d=d)
   shapes = param_shapes(d, gate=gate, directional=directional, direct_path=direct_path)
   kernel_init = jax.nn.initializers.lecun_normal()
   keys = jax.random.split(key, len(shapes))
