@@ -167,7 +167,14 @@ def main(argv):
   del argv
   try:
     resolve_dtype(FLAGS.dtype)
-    if not (FLAGS.decoding or encoders_requested() or lm_requested()):
+    if FLAGS.decoding:                         # the arguments first, then minutes of timing
+      decoding.parse_decode_shape(FLAGS.decode_shape)
+      decoding.parse_beam_sizes(FLAGS.beam_sizes)
+    elif encoders_requested():
+      encoders.parse_encoder_args(FLAGS.encoder_shapes, FLAGS.encoder_size)
+    elif lm_requested():
+      lm.parse_lm_shape(FLAGS.lm_shape, FLAGS.lm_scale)
+    else:
       for name in FLAGS.shapes:
         cells.parse_shape(name)
       cells.check_candidates(FLAGS.candidates)
@@ -206,7 +213,8 @@ def run():
 def run_decoding(results):
   """The decoding table at ``--decode_shape``."""
   shape = decoding.parse_decode_shape(FLAGS.decode_shape)
-  rows = decoding.run_decoding(shape, FLAGS.decode_cells, [int(k) for k in FLAGS.beam_sizes],
+  rows = decoding.run_decoding(shape, FLAGS.decode_cells,
+                               decoding.parse_beam_sizes(FLAGS.beam_sizes),
                                FLAGS.min_len, FLAGS.repeats, FLAGS.dtype)
   results["decoding"] = {"B_Nh_V_T": shape, "min_len": min(FLAGS.min_len, shape[3]),
                          "candidates": rows}

@@ -54,6 +54,10 @@ def test_parse_decode_lm_and_encoder_shapes():
       lm.parse_lm_shape(text, 1.0)
   with pytest.raises(ValueError, match="is not BxNhxVxT"):
     decoding.parse_decode_shape("2x8x32xsix")
+  assert decoding.parse_beam_sizes(["4", "8"]) == [4, 8]
+  for items in (["four"], ["0"], []):
+    with pytest.raises(ValueError, match="must be positive integers"):
+      decoding.parse_beam_sizes(items)
   assert encoders.parse_encoder_args(["2x8", "4x16"], "1x16") == ([(2, 8), (4, 16)], (1, 16))
   for shapes, size in [(["2x8x1"], "1x16"), (["2x8"], "16"), (["ax8"], "1x16")]:
     with pytest.raises(ValueError, match="must be BxT and encoder_size"):
@@ -344,6 +348,10 @@ def test_format_encoders_table():
     (["--shapes=32x5"], "error: shape '32x5' is neither"),
     (["--candidates=gru,rum2,torch_gru:dp"], "error: unknown candidate(s) ['rum2', "
                                              "'torch_gru:dp']; known: gru, lstm,"),
+    (["--decoding", "--beam_sizes=four"], "error: beam_sizes ['four'] must be positive"),
+    (["--decoding", "--decode_shape=2x3"], "error: decode_shape '2x3' is not BxNhxVxT"),
+    (["--encoder_size=4"], "error: encoder_shapes"),
+    (["--lm_shape=ax2"], "error: lm_shape 'ax2' is not BxT"),
 ])
 def test_the_command_reports_bad_input_in_one_line_before_timing(args, message):
   proc = subprocess.run([sys.executable, "-m", "launch.benchmark", *args,

@@ -33,6 +33,14 @@ def parse_decode_shape(text):
   return shape
 
 
+def parse_beam_sizes(items) -> list[int]:
+  """``["4", "8"]`` (``--beam_sizes``) -> ``[4, 8]``; each a positive integer."""
+  sizes = [timing.parse_dims(item, 1) for item in items]
+  if not items or None in sizes:
+    raise ValueError(f"beam_sizes {list(items)} must be positive integers, e.g. 4,8.")
+  return [s[0] for s in sizes]
+
+
 def make_decoder(cell_name, b, nh, vocab, dtype=jnp.float32):
   """``(tokens_to_logits(params, tokens, carry), params, initial carry)``: embed, one cell
   step (:data:`DECODER_CELLS` ``cell_name``), dense to the vocabulary, computing in
