@@ -39,8 +39,14 @@ def run(values) -> dict:
                          "--ts=10,100,1000")
   if not ts or min(ts) < 1:
     raise app.UsageError(f"--ts={','.join(values.ts)}: give positive integers.")
-  result = orthogonality.run_drift(ts, nh=values.nh, nx=values.nx, batch=values.batch,
-                                   eta=values.eta, seed=values.seed, impl=values.impl)
+  for name in ("nh", "nx", "batch"):
+    if values[name].value < 1:
+      raise app.UsageError(f"--{name}={values[name].value}: give a positive integer.")
+  try:
+    result = orthogonality.run_drift(ts, nh=values.nh, nx=values.nx, batch=values.batch,
+                                     eta=values.eta, seed=values.seed, impl=values.impl)
+  except ValueError as err:                  # e.g. eta <= 0, from rum_scan's checks
+    raise app.UsageError(str(err)) from None
   os.makedirs(values.out_dir, exist_ok=True)
   png = plotting.save_orthogonality_drift(
       result, os.path.join(values.out_dir, "orthogonality_drift.png"))

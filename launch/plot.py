@@ -52,10 +52,13 @@ def main(argv):
     if out and len(dirs) > 1:
       out = os.path.join(out, os.path.basename(d))
     task = tasks.get_task(plotting.load_config(d)["task"])
-    for p in plotting.plot_rum_model(d, out, FLAGS.params, FLAGS.step, task=task):
-      print(p)
-    if FLAGS.kernels:
-      print(plotting.plot_rum_kernels(d, out, FLAGS.params, FLAGS.step))
+    try:
+      for p in plotting.plot_rum_model(d, out, FLAGS.params, FLAGS.step, task=task):
+        print(p)
+      if FLAGS.kernels:
+        print(plotting.plot_rum_kernels(d, out, FLAGS.params, FLAGS.step))
+    except ValueError as err:                # e.g. a --step that was not saved
+      sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

@@ -333,6 +333,13 @@ def test_command_lines(runs, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   _assert_png(os.path.join(tmp_path, "kernel_tau.png"))   # one RUM model in the folder
   proc = subprocess.run(
+      [sys.executable, "-m", "launch.plot", f"--workdir={root}/recall_T30",
+       f"--out_dir={tmp_path / 'step'}", "--step=99999"], cwd=REPO, env=env,
+      capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: no checkpoint found at step 99999"), proc.stderr[-2000:]
+  proc = subprocess.run(
       [sys.executable, "-m", "launch.reproduce", "--experiment=recall_T30",
        f"--workdir={tmp_path}", "--models=rum_lam9"], cwd=REPO, env=env,
       capture_output=True, text=True, timeout=300)

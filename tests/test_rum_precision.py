@@ -277,3 +277,21 @@ def test_drift_picture_and_table(tmp_path):
   assert (tmp_path / "drift.png").stat().st_size > 1000 and path.endswith("drift.png")
   with pytest.raises(ValueError, match="variant='f16'.*float32"):
     orthogonality.drift("f16", None, np.zeros((1, 3, 3)), [3])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ts=10,abc"], "--ts=10,abc: give positive integers"),
+    (["--batch=0"], "--batch=0: give a positive integer"),
+    (["--nh=0"], "--nh=0: give a positive integer"),
+    (["--eta=-1"], "eta=-1.0 is not supported"),
+])
+def test_orthogonality_launcher_bad_input_is_a_usage_error(tmp_path, args, message):
+  """``launch.orthogonality``: absl's one-line usage error, before anything is written."""
+  from absl import app, flags
+  from launch import orthogonality as launch_orthogonality
+  values = flags.FlagValues()
+  launch_orthogonality.define_flags(values)
+  values(["orthogonality", "--ts=10", f"--out_dir={tmp_path / 'out'}", *args])
+  with pytest.raises(app.UsageError, match=re.escape(message)):
+    launch_orthogonality.run(values)
+  assert not (tmp_path / "out").exists()
