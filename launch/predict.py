@@ -35,6 +35,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  if os.path.isdir(FLAGS.output):            # before minutes of decoding, not after
+    sys.exit(f"error: --output={FLAGS.output} is a folder; pass the path of the jsonl file "
+             "to write.")
   config, task, workdir = evaluate.setup()
   if task.submission is None:
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "

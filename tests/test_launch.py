@@ -345,6 +345,10 @@ def test_predict_writes_a_clue_submission(tmp_path):
                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
   assert missing.returncode != 0
   assert "error: no checkpoints in" in missing.stderr.strip().splitlines()[-1]
+  folder_out = subprocess.run([sys.executable, "-m", "launch.predict", f"--workdir={wd}",
+                               f"--output={tmp_path}", f"--config.manual_dir={folder}"],
+                              cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert folder_out.returncode != 0 and "is a folder" in folder_out.stderr.splitlines()[-1]
 
 
 def _start_until(workdir, marker, *extra, launcher="launch.train", env=None):
