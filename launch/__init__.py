@@ -48,6 +48,35 @@ def warn_cpu_devices(value: Optional[str]) -> None:
     logging.warning(line)
 
 
+def output_problem(flag: str, path: Optional[str], *, folder: bool = False,
+                   suffix: Optional[str] = None) -> Optional[str]:
+  """Why ``--flag=path`` cannot be written (a folder with ``folder``, else a file, ending
+  in ``suffix`` if given), or ``None``: checked before a launcher's work, so that minutes
+  of computation do not end in a ``FileExistsError``. Missing folders are created later."""
+  if not path:
+    return None
+  if folder and os.path.exists(path) and not os.path.isdir(path):
+    return f"--{flag}={path} is a file; pass a folder (it is created if missing)."
+  if not folder:
+    if os.path.isdir(path):
+      return f"--{flag}={path} is a folder; pass the path of the file to write."
+    if suffix and not path.endswith(suffix):
+      return f"--{flag}={path} must end in {suffix}."
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    return f"--{flag}={path}: {parent} is a file, so no folder can be made there."
+  return None
+
+
+def check_outputs(*problems: Optional[str]) -> None:
+  """Exits with the first of :func:`output_problem`'s answers that is not ``None``."""
+  for problem in problems:
+    if problem:
+      sys.exit(f"error: {problem}")
+
+
 def help_requested(argv: Sequence[str]) -> Optional[bool]:
   """``True`` (short help) or ``False`` (full help) if ``argv`` asks for help, else ``None``
   (arguments after ``--`` are not flags)."""

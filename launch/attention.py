@@ -59,6 +59,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 def run(values) -> str:
   """Computes and draws the attention for parsed flag ``values``; returns the PNG's path."""
+  launch.check_outputs(launch.output_problem("out", values.out, suffix=".png"))
   try:
     task, config, step, params = runs.load_run(values.workdir, tasks.get_task,
                                                  values.step)

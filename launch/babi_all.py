@@ -131,6 +131,8 @@ def main(argv):
   del argv
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
+  launch.check_outputs(launch.output_problem("compare_out", FLAGS.compare_out),
+                       launch.output_problem("results", FLAGS.results))
   try:
     if FLAGS.compare:
       out = FLAGS.compare_out or os.path.join(

@@ -165,6 +165,7 @@ def lm_requested():
 
 def main(argv):
   del argv
+  launch.check_outputs(launch.output_problem("output", FLAGS.output))
   try:
     resolve_dtype(FLAGS.dtype)
     if FLAGS.decoding:                         # the arguments first, then minutes of timing

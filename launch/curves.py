@@ -30,6 +30,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 
 def run(values) -> str:
+  launch.check_outputs(launch.output_problem("out", values.out, suffix=".png"))
   labels = values.labels or [os.path.basename(os.path.normpath(w)) for w in values.workdirs]
   try:
     if len(labels) != len(values.workdirs):

@@ -43,6 +43,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 def run(values) -> dict:
   """Computes, draws and writes the landscapes for parsed flag ``values``."""
+  launch.check_outputs(launch.output_problem("out_dir", values.out_dir, folder=True))
   results = {}
   try:
     for cell, workdir in (("rum", values.rum_workdir), ("goru", values.goru_workdir)):

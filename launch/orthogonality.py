@@ -32,6 +32,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 
 
 def run(values) -> dict:
+  launch.check_outputs(launch.output_problem("out_dir", values.out_dir, folder=True))
   try:
     ts = [int(t) for t in values.ts]
   except ValueError:

@@ -43,6 +43,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  launch.check_outputs(launch.output_problem("out_dir", FLAGS.out_dir, folder=True))
   dirs = plotting.rum_model_dirs(FLAGS.workdir)
   if not dirs:
     sys.exit(f"error: no RUM model workdir (config.json with cell 'rum') at "

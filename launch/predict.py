@@ -16,7 +16,6 @@ includes compilation).
 """
 
 import json
-import os
 import sys
 
 import launch
@@ -35,9 +34,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  if os.path.isdir(FLAGS.output):            # before minutes of decoding, not after
-    sys.exit(f"error: --output={FLAGS.output} is a folder; pass the path of the jsonl file "
-             "to write.")
+  launch.check_outputs(launch.output_problem("output", FLAGS.output))  # before decoding
   config, task, workdir = evaluate.setup()
   if task.submission is None:
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "

@@ -47,6 +47,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
 def run(values) -> dict:
   """Computes, draws and writes Figure 6 for parsed flag ``values``; returns
   ``{label: result}`` (:func:`rumjax.analysis.summarization.figure6_of_run`)."""
+  launch.check_outputs(launch.output_problem("out_dir", values.out_dir, folder=True))
   workdirs, labels = values.workdirs, values.labels
   if labels is not None and len(labels) != len(workdirs):
     sys.exit(f"error: --labels has {len(labels)} label(s) for {len(workdirs)} workdir(s); "

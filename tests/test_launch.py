@@ -117,6 +117,26 @@ def test_cpu_devices_beyond_the_cores_warn():
   assert [launch.cpu_devices_warning(v, 2) for v in ("2", "1", "auto", None)] == [None] * 4
 
 
+def test_output_problems_are_found_before_the_work(tmp_path):
+  """launch.output_problem: the paths a launcher would fail to write after its work."""
+  import launch
+  a_file = tmp_path / "a_file"
+  a_file.write_text("keep")
+  problem = launch.output_problem
+  assert problem("out_dir", str(a_file), folder=True) == (
+      f"--out_dir={a_file} is a file; pass a folder (it is created if missing).")
+  assert "is a file, so no folder can be made there" in problem(
+      "out_dir", str(a_file / "sub"), folder=True)
+  assert "is a folder; pass the path" in problem("out", str(tmp_path), suffix=".png")
+  assert problem("out", str(tmp_path / "x.pdf"), suffix=".png").endswith("must end in .png.")
+  assert "is a file, so no folder" in problem("output", str(a_file / "x.json"))
+  for fine in (problem("out_dir", str(tmp_path / "new" / "deeper"), folder=True),
+               problem("out", str(tmp_path / "new" / "x.png"), suffix=".png"),
+               problem("output", None), problem("out_dir", str(tmp_path), folder=True)):
+    assert fine is None
+  assert a_file.read_text() == "keep" and not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("args,message", [
     (["--task=copyng"], "unknown task 'copyng'; known tasks are ['afqmc', 'babi', 'cmnli', "
                         "'cnn_dailymail', 'copying', 'ptb', 'recall', 'snli', 'sst', "
