@@ -217,3 +217,35 @@ def test_a_task_may_wrap_the_optimizer(tmp_path, monkeypatch):
   init = training.train_and_evaluate(_config(num_steps=0), str(tmp_path / "b"), toy_task.TASK)
   np.testing.assert_array_equal(summary["params"]["Dense_0"]["kernel"],
                                 init["params"]["Dense_0"]["kernel"])
+
+
+def test_a_larger_patience_on_resume_lets_a_stopped_run_continue(tmp_path):
+  """early_stopping_patience may change on resume (configs.RESUME_MAY_CHANGE)."""
+  run = lambda patience: training.train_and_evaluate(
+      _config(num_steps=12, eval_every=2), str(tmp_path), toy_task.TASK,
+      hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=patience)])
+  assert run(1)["step"] == 4
+  assert run(1)["step"] == 4                     # the same patience: stopped at once
+  resumed = run(3)
+  assert resumed["step"] == 8 and resumed["stop_reason"] == "early_stopping"
+
+
+def test_a_misspelt_or_final_only_hook_metric_is_an_error(tmp_path):
+  with pytest.raises(ValueError, match=r"'eval_los' is not a metric of evaluator 'eval'; "
+                     r"it reports \['eval_loss'"):
+    training.train_and_evaluate(
+        _config(num_steps=4, eval_every=2, early_stopping_metric="eval_los",
+                early_stopping_mode="min", early_stopping_patience=5),
+        str(tmp_path / "typo"), toy_task.TASK)
+  config = _config(num_steps=4, eval_every=2, early_stopping_metric="eval_loss",
+                   early_stopping_mode="min", early_stopping_patience=5)
+  config.evals.eval.every = 0
+  with pytest.raises(ValueError, match="runs only at the end"):
+    training.train_and_evaluate(config, str(tmp_path / "final"), toy_task.TASK)
+
+
+def test_keep_checkpoints_below_one_is_refused(tmp_path):
+  with pytest.raises(ValueError, match=r"config.keep_checkpoints=0 must be an integer >= 1"):
+    training.train_and_evaluate(_config(num_steps=2, keep_checkpoints=0), str(tmp_path),
+                                toy_task.TASK)
+  assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")

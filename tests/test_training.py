@@ -1,6 +1,7 @@
 """The generic loop on a toy task: resume, NaN guard, corrupt checkpoints, carried state."""
 
 import json
+import shutil
 import os
 
 import jax
@@ -116,6 +117,14 @@ def test_init_from_a_pretrained_run(tmp_path):
   with pytest.raises(ValueError, match="no checkpoint found"):
     training.train_and_evaluate(_config(init_from=str(tmp_path / "nothing")),
                                 str(tmp_path / "x"), toy_task.TASK)
+  # The run's own checkpoints replace init_from's parameters: resuming, evaluating and
+  # predicting do not read it again (it may have been moved away since).
+  shutil.move(str(tmp_path / "pre"), str(tmp_path / "pre_moved"))
+  resumed = training.train_and_evaluate(
+      _config(num_steps=2, learning_rate=1e-9, init_from=str(tmp_path / "pre")),
+      str(tmp_path / "fine"), toy_task.TASK)
+  assert resumed["step"] == 2
+  assert training.evaluate_checkpoint(config, str(tmp_path / "fine"), toy_task.TASK)["step"] == 2
 
 
 def test_task_predict_fn_reaches_its_evaluator(tmp_path, monkeypatch):
@@ -149,3 +158,16 @@ def test_init_from_restores_the_shared_parameters_only(tmp_path):
     training.restore_params(str(tmp_path / "pre"), wrong)
   with pytest.raises(ValueError, match="none of its parameters"):
     training.restore_params(str(tmp_path / "pre"), {"unrelated": np.zeros(3, np.float32)})
+
+
+def test_an_evaluation_batch_that_does_not_split_is_refused_before_training():
+  """Checked when the evaluators are built, not at the first evaluation (which lost the
+  steps since the last checkpoint); the mesh stands for two devices."""
+  import types
+  from rumjax.training import loop
+  two_devices = types.SimpleNamespace(devices=np.empty(2))
+  config = _config()
+  config.evals.eval.batch_size = 3
+  with pytest.raises(ValueError, match=r"^config.evals.eval.batch_size: batch_size=3 is not "
+                     r"divisible by the number of devices \(2\)"):
+    loop.make_evaluators(config, toy_task.TASK, None, two_devices)

@@ -87,6 +87,9 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int = 3, every: int = 0,
                read_only: bool = False):
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+      raise ValueError(f"config.keep_checkpoints={keep!r} must be an integer >= 1 (orbax "
+                       "keeps none at 0: a run could not resume).")
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     self.corrupt_dir = os.path.abspath(os.path.join(workdir, "corrupt_checkpoints"))
     self.every = every

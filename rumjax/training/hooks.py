@@ -23,7 +23,7 @@ import json
 import numbers
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 
@@ -151,6 +151,21 @@ class TimeBudget:
       ctx.request_stop("budget")
 
 
+def metric_missing(metric: str, evaluator: Optional[str], metrics: dict,
+                   others: Sequence[str] = ()) -> None:
+  """``ValueError`` if ``evaluator`` reported at this evaluation (``metrics`` has its
+  ``<evaluator>_`` keys, not counting those of the evaluators ``others`` whose names
+  extend it, e.g. ``eval_dev10`` of ``eval``) but not ``metric``: a misspelt metric would
+  otherwise be ignored for the whole run."""
+  if evaluator is None or metric in metrics:
+    return
+  found = sorted(k for k in metrics if k.startswith(evaluator + "_")
+                 and not k.startswith(tuple(o + "_" for o in others)))
+  if found:
+    raise ValueError(f"{metric!r} is not a metric of evaluator {evaluator!r}; it reports "
+                     f"{found}.")
+
+
 class EarlyStopping:
   """Stops when ``metric`` has not improved for ``patience`` evaluations; keeps the best.
 
@@ -173,16 +188,21 @@ class EarlyStopping:
     mode: ``"max"`` or ``"min"``.
     patience: evaluations without improvement before stopping (>= 1).
     min_delta: the least change that counts as an improvement.
+    evaluator: the evaluator that reports ``metric`` (if given, an evaluation of it without
+      ``metric`` is a ``ValueError``: :func:`metric_missing`), ``others`` the evaluators
+      whose names extend its name.
   """
   FILE = "early_stopping.json"
 
   def __init__(self, metric: str, *, mode: str = "max", patience: int = 5,
-               min_delta: float = 0.0):
+               min_delta: float = 0.0, evaluator: Optional[str] = None,
+               others: Sequence[str] = ()):
     if mode not in ("max", "min"):
       raise ValueError(f"EarlyStopping(mode={mode!r}) must be 'max' or 'min'.")
     if patience < 1:
       raise ValueError(f"EarlyStopping(patience={patience}) must be >= 1.")
     self.metric, self.mode, self.patience, self.min_delta = metric, mode, patience, min_delta
+    self.evaluator, self.others = evaluator, tuple(others)
     self.record = {"best_step": None, "best_value": None, "best_metrics": {},
                    "bad_evals": 0, "stopped": False, "last_step": None}
 
@@ -195,6 +215,9 @@ class EarlyStopping:
   def begin(self, step: int, state, ctx: LoopContext) -> None:
     del step, state
     self.record.update(utils.read_json(self._path(ctx), {}))
+    # The patience may change on resume (configs.RESUME_MAY_CHANGE): a larger one lets a
+    # stopped run continue.
+    self.record["stopped"] = self.record["bad_evals"] >= self.patience
     if self.record["stopped"]:
       ctx.request_stop("early_stopping")
 
@@ -206,6 +229,7 @@ class EarlyStopping:
             else value < best - self.min_delta)
 
   def after_eval(self, step: int, state, metrics: dict, ctx: LoopContext) -> None:
+    metric_missing(self.metric, self.evaluator, metrics, self.others)
     if self.metric not in metrics:
       return
     last = self.record.get("last_step")
@@ -255,11 +279,13 @@ class LearningRateOnPlateau:
   The final evaluation after the last step is not reported (no step follows it).
   """
 
-  def __init__(self, config):
+  def __init__(self, config, evaluator: Optional[str] = None, others: Sequence[str] = ()):
     self.config, self.metric = config, config["lr_plateau_metric"]
+    self.evaluator, self.others = evaluator, tuple(others)   # see metric_missing
 
   def after_eval(self, step: int, state, metrics: dict, ctx: LoopContext):
     del ctx
+    metric_missing(self.metric, self.evaluator, metrics, self.others)
     if self.metric not in metrics:
       return None
     before = optim.plateau_scale(state.opt_state)

@@ -145,7 +145,12 @@ class StopRequest:
 # ----------------------------------------------------------------------- the loop
 
 
-def _init_state(config, task, model, tx, sample_batch, mesh) -> TrainState:
+def _init_state(config, task, model, tx, sample_batch, mesh,
+                init_from: bool = True) -> TrainState:
+  """The initial train state; with ``init_from`` the parameters of ``config.init_from``
+  (only where no checkpoint of the run replaces them: a run resumed, evaluated or
+  predicted from its own checkpoint does not read ``init_from`` again, which may have been
+  moved since)."""
   key = jax.random.key(config.seed)
   init_key, dropout_key, base_key = jax.random.split(key, 3)
   model_state = None
@@ -156,7 +161,7 @@ def _init_state(config, task, model, tx, sample_batch, mesh) -> TrainState:
   params = jax.jit(variables_fn)()
   if config.get("init_uniform", 0.0) > 0:
     params = uniform_params(params, config.init_uniform, jax.random.fold_in(init_key, 1))
-  if config.get("init_from"):
+  if init_from and config.get("init_from"):
     params = checkpoint_lib.restore_params(config.init_from, params)
     logging.info("Initialised parameters from %s.", config.init_from)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
@@ -251,6 +256,21 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
         return None
       return jax.device_put(model_state, sharding_lib.batch_sharding(mesh))
 
+  # Every evaluator's batch splits over the devices, checked before the first step (not at
+  # the first evaluation); a task's own evaluation batch (e.g. ptb's eval_batch_size) is
+  # checked through the carried state it starts from.
+  for name, entry in (config.get("evals") or {}).items():
+    sizes = {f"config.evals.{name}.batch_size": entry.get("batch_size") or config.batch_size}
+    if model_state_fn is not None:
+      state = task.initial_model_state(config, entry.get("batch_size") or config.batch_size)
+      for leaf in jax.tree.leaves(state):
+        sizes[f"the batch of evaluator {name!r}'s carried state"] = leaf.shape[0]
+    for what, size in sizes.items():
+      try:
+        sharding_lib.check_batch_size(size, mesh)
+      except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+
   text_fns = task.text_fns(config) if task.text_fns is not None else {}
   return evaluators_lib.build_evaluators(
       config.get("evals"), predict_fns=predict_fns(config, task, model), data_fn=data_fn,
@@ -292,11 +312,21 @@ def scalar_params(params) -> dict[str, float]:
   return out
 
 
-def _check_metric(field: str, metric: str, evals) -> None:
-  if not any(metric.startswith(ev.name + "_") for ev in evals):
+def _check_metric(field: str, metric: str, evals) -> tuple[str, list[str]]:
+  """The name of the evaluator that reports ``metric`` (``config.<field>``) and those of
+  the evaluators whose names extend it; a one-line ``ValueError`` if none does, or only
+  one that runs at the end."""
+  source = [ev for ev in evals if metric.startswith(ev.name + "_")]
+  if not source:
     raise ValueError(f"config.{field}={metric!r} comes from no evaluator; "
                      f"config.evals has {[ev.name for ev in evals]}; a metric is "
                      f"'<evaluator>_<name>', e.g. '{evals[0].name + '_loss' if evals else 'eval_loss'}'.")
+  if not any(ev.every for ev in source):
+    raise ValueError(f"config.{field}={metric!r} comes from evaluator {source[0].name!r}, "
+                     "which runs only at the end (every=0): it can never act during "
+                     "training; use a periodic evaluator's metric, e.g. the dev split's.")
+  name = max((ev.name for ev in source), key=len)   # "eval_x" over "eval" for eval_x_acc
+  return name, [ev.name for ev in evals if ev.name.startswith(name + "_")]
 
 
 def _config_hooks(config, evals) -> list:
@@ -305,13 +335,15 @@ def _config_hooks(config, evals) -> list:
   is set (each metric must come from one of ``evals``)."""
   out = []
   if config.get("lr_plateau_factor", 1.0) < 1:
-    _check_metric("lr_plateau_metric", config.lr_plateau_metric, evals)
-    out.append(hooks_lib.LearningRateOnPlateau(config))
+    source, others = _check_metric("lr_plateau_metric", config.lr_plateau_metric, evals)
+    out.append(hooks_lib.LearningRateOnPlateau(config, evaluator=source, others=others))
   if config.get("early_stopping_metric"):
-    _check_metric("early_stopping_metric", config.early_stopping_metric, evals)
+    source, others = _check_metric("early_stopping_metric", config.early_stopping_metric,
+                                   evals)
     out.append(hooks_lib.EarlyStopping(config.early_stopping_metric,
                                        mode=config.early_stopping_mode,
-                                       patience=config.early_stopping_patience))
+                                       patience=config.early_stopping_patience,
+                                       evaluator=source, others=others))
   return out
 
 
@@ -324,11 +356,14 @@ def _restore(config, task, model, tx, mesh, workdir):
   start_position = train_iter.get_state()
   sample_batch = next(train_iter)
   train_iter.set_state(start_position)
-  state = _init_state(config, task, model, tx, sample_batch, mesh)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.get("keep_checkpoints", 3),
                                              every=config.get("checkpoint_every", 0))
   try:
+    saved = bool(checkpointer.manager.all_steps())
+    state = _init_state(config, task, model, tx, sample_batch, mesh, init_from=not saved)
     restored = checkpointer.restore(_abstract(state, mesh))
+    if restored is None and saved and config.get("init_from"):   # none was loadable
+      state = _init_state(config, task, model, tx, sample_batch, mesh)
   except BaseException:
     checkpointer.close()
     raise
@@ -550,7 +585,7 @@ def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int
                      "the --workdir of a training run.")
   train_iter = task.train_data(config, process_index=jax.process_index(),
                                process_count=jax.process_count())
-  state = _init_state(config, task, model, tx, next(train_iter), mesh)
+  state = _init_state(config, task, model, tx, next(train_iter), mesh, init_from=False)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=1000, read_only=True)
   try:
     restored = checkpointer.restore(_abstract(state, mesh), step=step)
