@@ -97,11 +97,17 @@ def test_malformed_line_names_file_and_line(line, message):
   assert "qa1_train.txt, line 3" in str(err.value)
 
 
-def test_dev_split_is_fixed():
-  assert babi_builder.dev_indices(3).tolist() == [2]
-  dev = babi_builder.dev_indices(10_000)
-  assert len(dev) == 1000 and dev[:5].tolist() == [15, 36, 44, 46, 76]
-  assert len(babi_builder.dev_indices(1000)) == 100
+def test_dev_split_is_fixed_and_takes_whole_stories():
+  assert babi_builder.dev_indices([0, 1, 2]).tolist() == [2]
+  stories = [i // 5 for i in range(10_000)]           # 2,000 stories of 5 questions
+  dev = babi_builder.dev_indices(stories)
+  assert len(dev) == 1000 and dev[:5].tolist() == [75, 76, 77, 78, 79]
+  assert babi_builder.dev_indices(stories).tolist() == dev.tolist()   # fixed
+  in_dev = {stories[i] for i in dev}
+  assert all((i in set(dev.tolist())) == (stories[i] in in_dev) for i in range(10_000))
+  assert len(babi_builder.dev_indices([i // 3 for i in range(1000)])) == 100
+  assert babi_builder.dev_indices([0, 0, 0]).tolist() == []   # one story: it stays in train
+  assert babi_builder.dev_indices([0, 0, 1]).tolist() == [2]   # the story that fits
 
 
 # ----------------------------------------------------------------------------- builder
@@ -302,4 +308,9 @@ def test_shared_en10k_question_counts(task, tmp_path):
     pytest.skip(f"{train_file} is missing here (known gap); the builder names it")
   builder = _prepare(SHARED_BABI, str(tmp_path), name=babi_builder.config_name("en-10k", task))
   counts = {s: builder.info.splits[s].num_examples for s in ("train", "dev", "test")}
-  assert counts == {"train": 9000, "dev": 1000, "test": 1000}
+  # Dev takes whole stories, none of them in train.
+  assert counts["train"] + counts["dev"] == 10_000 and counts["test"] == 1000
+  assert 1000 <= counts["dev"] <= 1010, counts
+  stories = {s: {int(ex["story_index"]) for ex in builder.as_data_source(split=s)}
+             for s in ("train", "dev")}
+  assert stories["train"] and stories["dev"] and not stories["train"] & stories["dev"]

@@ -3,8 +3,9 @@ r"""TFDS builder for the bAbI question answering tasks v1.2 (Weston et al., 2016
 One ``BuilderConfig`` per data version and sub-task: ``en-10k_qa1`` ... ``en-10k_qa20``
 (10,000 training questions per sub-task) and ``en_qa1`` ... ``en_qa20`` (1,000). Splits:
 
-* ``train`` / ``dev``: the file ``qa<k>_<name>_train.txt`` split 90/10 by question with a
-  fixed seed (:func:`dev_indices`: 9,000 / 1,000 questions for en-10k, 900 / 100 for en);
+* ``train`` / ``dev``: the file ``qa<k>_<name>_train.txt`` split 90/10 by story with a
+  fixed seed (:func:`dev_indices`: about 9,000 / 1,000 questions for en-10k, 900 / 100
+  for en; whole stories, so no story asks in both);
 * ``test``: ``qa<k>_<name>_test.txt`` (1,000 questions).
 
 Each example is one question with the story it sees::
@@ -183,24 +184,44 @@ def parse_file(path) -> list[dict]:
   return parse_lines(prepare_lib.read_text_lines(path, fix=FIX), source=str(path))
 
 
-def dev_indices(num_questions: int, seed: int = DEV_SEED) -> np.ndarray:
-  """The sorted indices of the training questions that form the ``dev`` split.
+def dev_indices(story_indices: Sequence[int], seed: int = DEV_SEED) -> np.ndarray:
+  """The sorted indices of the training questions that form the ``dev`` split, given each
+  question's story (``story_indices[i]``).
 
-  ``round(DEV_FRACTION * n)`` questions (at least 1 when ``n >= 2``): those whose
-  ``sha256(f"{seed}:{index}")`` is smallest. A pure function of ``(n, seed)``, stable
-  across NumPy and Python versions.
+  Whole stories, in the order of ``sha256(f"{seed}:{story}")``: each story that still fits
+  in ``k = round(DEV_FRACTION * n)`` questions (at least 1 when ``n >= 2``); if that leaves
+  dev short of ``k``, the first story left that does not empty the training split. Whole stories: a story that asks the same
+  question twice (qa15 "What is gertrude afraid of?" three times over the same sentences)
+  must not put one copy in train and one in dev; split by question, 512 of en-10k qa15's
+  1,000 dev questions were exact copies of training questions (session 32). A pure
+  function of ``(story_indices, seed)``, stable across NumPy and Python versions.
   """
-  n = int(num_questions)
+  n = len(story_indices)
   k = int(round(DEV_FRACTION * n))
   if n >= 2:
     k = max(k, 1)
-  order = sorted(range(n), key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
-  return np.asarray(sorted(order[:k]), np.int64)
+  questions_of = {}
+  for i, story in enumerate(story_indices):
+    questions_of.setdefault(int(story), []).append(i)
+  order = sorted(questions_of,
+                 key=lambda s: hashlib.sha256(f"{seed}:{s}".encode()).digest())
+  dev, taken = [], set()
+  for story in order:
+    if len(dev) + len(questions_of[story]) <= k:
+      dev += questions_of[story]
+      taken.add(story)
+  for story in order:
+    if len(dev) >= k:
+      break
+    if story not in taken and len(dev) + len(questions_of[story]) < n:
+      dev += questions_of[story]
+  return np.asarray(sorted(dev), np.int64)
 
 
 def split_train_dev(questions: Sequence[dict], seed: int = DEV_SEED):
-  """``(train, dev)`` lists: the 90/10 split of a training file's questions."""
-  dev = set(dev_indices(len(questions), seed).tolist())
+  """``(train, dev)`` lists: the 90/10 split of a training file's questions, by story
+  (:func:`dev_indices`)."""
+  dev = set(dev_indices([q["story_index"] for q in questions], seed).tolist())
   return ([q for i, q in enumerate(questions) if i not in dev],
           [q for i, q in enumerate(questions) if i in dev])
 
@@ -232,8 +253,10 @@ class BabiConfig(tfds.core.BuilderConfig):
 class Babi(prepare_lib.AllowDownload, tfds.core.GeneratorBasedBuilder):
   """bAbI v1.2 English QA, one config per version and sub-task (see the module doc)."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "bAbI v1.2; train split 90/10 into train/dev (seed 0)."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "bAbI v1.2; train split 90/10 into train/dev (seed 0).",
+                   "1.1.0": "train/dev split by story, not by question (a story's repeated "
+                            "question was in both)."}
   BUILDER_CONFIGS = [BabiConfig(babi_version=v, task=t) for v in VERSIONS
                      for t in sorted(TASK_NAMES)]
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
