@@ -66,14 +66,18 @@ def small_config(dirs, variant=None, name="lstmn", **fields):
   return c
 
 
-def test_dev90_split_is_deterministic_and_disjoint():
-  train, heldout = snli.dev90_split(9842)
+def test_dev90_split_is_deterministic_disjoint_and_by_premise():
+  premises = [f"premise {i // 3}" for i in range(9840)] + ["a", "b"]   # 3 pairs a premise
+  train, heldout = snli.dev90_split(premises)
   assert len(train) == 8858 and len(heldout) == 984
   assert not set(train) & set(heldout)
   assert np.array_equal(np.sort(np.concatenate([train, heldout])), np.arange(9842))
-  again = snli.dev90_split(9842)
+  again = snli.dev90_split(premises)
   assert np.array_equal(again[0], train) and np.array_equal(again[1], heldout)
   assert np.all(np.diff(train) > 0)
+  # All pairs of a premise on one side (split by pair, 975 of 984 held-out pairs had their
+  # premise in training).
+  assert not {premises[i] for i in train} & {premises[i] for i in heldout}
 
 
 def test_pairs_vocabulary_and_batches(dirs):
@@ -81,8 +85,8 @@ def test_pairs_vocabulary_and_batches(dirs):
   data = snli.data(config)
   # 11 labelled dev pairs: round(0.9 * 11) = 10 to train on, 1 held out; test: 4 pairs.
   assert {s: data.size(s) for s in data.splits} == {"train": 10, "dev10": 1, "test": 4}
-  train_idx, held_idx = snli.dev90_split(11)
   labelled = [i for i, p in enumerate(PAIRS) if p[2] != "-"]   # the file lines
+  train_idx, held_idx = snli.dev90_split([PAIRS[i][0] for i in labelled])
   assert data.splits["train"]["index"].tolist() == [labelled[i] for i in train_idx]
   assert data.splits["dev10"]["index"].tolist() == [labelled[i] for i in held_idx]
   assert data.vocab.tokens[:2] == ("<pad>", "<unk>")
