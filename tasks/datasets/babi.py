@@ -190,7 +190,8 @@ def dev_indices(story_indices: Sequence[int], seed: int = DEV_SEED) -> np.ndarra
 
   Whole stories, in the order of ``sha256(f"{seed}:{story}")``: each story that still fits
   in ``k = round(DEV_FRACTION * n)`` questions (at least 1 when ``n >= 2``); if that leaves
-  dev short of ``k``, the first story left that does not empty the training split. Whole stories: a story that asks the same
+  dev short of ``k``, the first story left that does not empty the training split (a file
+  of one story gives its last question to dev, so that dev is never empty). Whole stories: a story that asks the same
   question twice (qa15 "What is gertrude afraid of?" three times over the same sentences)
   must not put one copy in train and one in dev; split by question, 512 of en-10k qa15's
   1,000 dev questions were exact copies of training questions (session 32). A pure
@@ -215,6 +216,8 @@ def dev_indices(story_indices: Sequence[int], seed: int = DEV_SEED) -> np.ndarra
       break
     if story not in taken and len(dev) + len(questions_of[story]) < n:
       dev += questions_of[story]
+  if not dev and n >= 2:   # one story (a tiny file): its last question, so dev is not empty
+    dev = [n - 1]
   return np.asarray(sorted(dev), np.int64)
 
 
