@@ -249,3 +249,15 @@ def test_keep_checkpoints_below_one_is_refused(tmp_path):
     training.train_and_evaluate(_config(num_steps=2, keep_checkpoints=0), str(tmp_path),
                                 toy_task.TASK)
   assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")
+
+
+def test_a_stop_between_two_training_records_writes_the_steps_since_the_last(tmp_path):
+  """A budget stop at step 4 with log_every 100: the training metrics of steps 1-4 are
+  written (and in the summary), not lost."""
+  ticks = iter(range(1000))
+  budget = hooks.TimeBudget(3.5, clock=lambda: float(next(ticks)))
+  summary = training.train_and_evaluate(_config(num_steps=100, log_every=100), str(tmp_path),
+                                        toy_task.TASK, hooks=[budget])
+  assert summary["step"] == 4 and "train_loss" in summary
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in records if "train_loss" in r] == [4]

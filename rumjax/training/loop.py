@@ -518,6 +518,18 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     log_every = config.get("log_every", 50) or 50
     summary = {"step": step, "preempted": False}
     totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
+
+    def write_window(step):
+      """Writes the training metrics of the steps since the last such record."""
+      elapsed = time.perf_counter() - window_start
+      record = metrics_lib.summarize(totals, "train")
+      record["steps_per_sec"] = window_steps / max(elapsed, 1e-9)
+      record["eta_sec"] = (num_steps - step) / max(record["steps_per_sec"], 1e-9)
+      writer.write(step, record)
+      progress.set_loss(record["train_loss"])
+      logging.info("step %d/%d %s", step, num_steps, _fmt(record))
+      summary.update(record)
+
     hooks_lib.call(hooks, "begin", step, state, ctx)
     while step < num_steps:
       if stop.agreed(step, also=ctx.stop_reason is not None):
@@ -542,20 +554,15 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
       progress.update(step)
       if step % log_every == 0 or step == num_steps:
-        elapsed = time.perf_counter() - window_start
-        record = metrics_lib.summarize(totals, "train")
-        record["steps_per_sec"] = window_steps / max(elapsed, 1e-9)
-        record["eta_sec"] = (num_steps - step) / max(record["steps_per_sec"], 1e-9)
-        writer.write(step, record)
-        progress.set_loss(record["train_loss"])
-        logging.info("step %d/%d %s", step, num_steps, _fmt(record))
-        summary.update(record)
+        write_window(step)
         totals, window_start, window_steps = None, time.perf_counter(), 0
       hooks_lib.call(hooks, "after_step", step, state, ctx)
       _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
                             cache=cache)
       if checkpointer.should_save(step):
         checkpointer.save(step, state, train_iter.get_state())
+    if window_steps:   # stopped between two records: the steps since the last one
+      write_window(step)
     if step != ctx.start_step:   # else it is saved already, or is the initial state
       checkpointer.save(step, state, train_iter.get_state())
     progress.close()
