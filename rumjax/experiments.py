@@ -449,13 +449,23 @@ def _json_config(config) -> dict:
 
 def finished(config, workdir: str) -> Optional[dict]:
   """The record of ``<workdir>/result.json`` if that run finished (status in
-  :data:`FINISHED`) with the same config, else ``None``."""
+  :data:`FINISHED`) with the same config up to the fields a resume may change where they do
+  not change the run (the data's folders: ``manual_dir``, ``data_dir``), else ``None``.
+  (Before session 32 any difference counted: the same finished run, its data folder
+  reached through another path, was "resumed" into a record without its best metrics.)"""
   record = utils.read_json(os.path.join(workdir, RESULT_FILE))
   new = _json_config(config)
-  if (record and record.get("status") in FINISHED and isinstance(record.get("config"), dict)
-      and configs.fill_added_fields(record["config"], new) == new):
+  if not (record and record.get("status") in FINISHED
+          and isinstance(record.get("config"), dict)):
+    return None
+  saved = configs.fill_added_fields(record["config"], new)
+  if not configs.resume_differences(saved, new, may_change=SAME_RUN_FIELDS):
     return record
   return None
+
+
+# Config fields that name where the data is, not what the run is.
+SAME_RUN_FIELDS = ("manual_dir", "data_dir", "ood_manual_dir")
 
 
 def _evaluate_latest(config, workdir: str, task, start_step: int) -> dict:

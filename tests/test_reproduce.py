@@ -15,7 +15,7 @@ import pytest
 import tasks
 from tasks import clue as clue_task
 from tasks import copying as copying_task
-from rumjax import analysis, experiments, plotting, training
+from rumjax import analysis, experiments, plotting, training, utils
 from tasks.experiments import EXPERIMENTS
 from tasks.experiments import ptb as ptb_experiments
 from tasks.experiments import recall as recall_configs
@@ -750,3 +750,19 @@ def test_tiny_labels_name_the_size_trained():
   assert experiments.tiny_label("StarSaber 4x256", 256, 16) == "StarSaber 4x16 (tiny)"
   assert experiments.tiny_label("EURNN 250 (lr 1e-4)", 250, 8) == "EURNN 8 (lr 1e-4) (tiny)"
   assert experiments.tiny_label("RUM λ=1", 50, 8) == "RUM λ=1 (tiny)"
+
+
+def test_finished_ignores_where_the_data_is_but_not_what_the_run_is(tmp_path):
+  """experiments.finished: the same finished run with its data folder reached through
+  another path (a worktree's ../shared) is finished; another learning rate is not."""
+  import ml_collections
+  config = ml_collections.ConfigDict({"manual_dir": "/a/shared/data", "data_dir": "",
+                                      "learning_rate": 1e-3, "seed": 0})
+  utils.write_json(str(tmp_path / experiments.RESULT_FILE),
+                   {"status": "ok", "config": config.to_dict(), "steps": 3})
+  moved = config.copy_and_resolve_references()
+  moved.manual_dir, moved.data_dir = "/b/shared/data", "/tmp/tfds"
+  assert experiments.finished(moved, str(tmp_path))["steps"] == 3
+  other = config.copy_and_resolve_references()
+  other.learning_rate = 1e-2
+  assert experiments.finished(other, str(tmp_path)) is None
