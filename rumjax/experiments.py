@@ -487,7 +487,9 @@ def summary_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _status(stop_reason: str) -> str:
-  return "ok" if stop_reason == "num_steps" else stop_reason
+  """The record's status of a loop's ``stop_reason`` (``"finished"``: the loop found the
+  run complete, as ``"num_steps"`` left it)."""
+  return "ok" if stop_reason in ("num_steps", "finished") else stop_reason
 
 
 def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
@@ -567,8 +569,17 @@ def train_with_early_stopping(config, workdir: str, task, *, metric: str = "eval
   hooks = [training.EarlyStopping(metric, mode=mode, patience=patience)]
   if budget_seconds:
     hooks.append(training.TimeBudget(budget_seconds))
-  return run_model(config, workdir, task, hooks=hooks, info=info,
-                   invocation={"budget_seconds": budget_seconds})
+  record = run_model(config, workdir, task, hooks=hooks, info=info,
+                     invocation={"budget_seconds": budget_seconds})
+  if record.get("best_metrics") is None:
+    # The loop found the run complete (stop reason "finished": no hook ran), e.g. after
+    # result.json was lost or written by an older version: the best is early stopping's.
+    best = utils.read_json(os.path.join(workdir, training.EarlyStopping.FILE), {})
+    if best.get("best_step") is not None:
+      record.update(best_step=best["best_step"], best_metrics=best["best_metrics"],
+                    **{f"best_{metric}": best["best_value"]})
+      utils.write_json(os.path.join(workdir, RESULT_FILE), record)
+  return record
 
 
 # ---------------------------------------------------------------------- experiments

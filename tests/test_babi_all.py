@@ -90,6 +90,20 @@ def test_resume_does_not_train_again(run, settings):
   assert len(utils.read_jsonl(metrics)) == lines
   record = utils.read_json(os.path.join(workdir, "qa1", "result.json"))
   assert len(record["invocations"]) == 1
+  # The data folder reached through another path (a worktree's ../shared): still finished.
+  moved = dataclasses.replace(settings, manual_dir=settings.manual_dir + "/")
+  assert babi_configs.run_subtasks([1], workdir, moved)["tasks"]["1"] == out["tasks"]["1"]
+  # A result.json that lost its best (an older version's "finished" record): the row is
+  # rebuilt from early stopping's record, not written with nulls.
+  path = os.path.join(workdir, "qa1", "result.json")
+  lost = {k: v for k, v in record.items() if k != "best_metrics"}
+  utils.write_json(path, {**lost, "status": "finished"})
+  try:
+    rebuilt = babi_configs.run_subtasks([1], workdir, settings)["tasks"]["1"]
+    assert rebuilt["test_accuracy"] == out["tasks"]["1"]["test_accuracy"] is not None
+  finally:                                   # the module's other tests read the record
+    utils.write_json(path, record)
+    babi_configs.run_subtasks([1], workdir, settings)
 
 
 def test_rows_written_meanwhile_by_another_process_are_kept(run, settings, tmp_path,
