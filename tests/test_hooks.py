@@ -261,3 +261,23 @@ def test_a_stop_between_two_training_records_writes_the_steps_since_the_last(tmp
   assert summary["step"] == 4 and "train_loss" in summary
   records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in records if "train_loss" in r] == [4]
+
+
+def test_an_early_stopped_run_writes_each_evaluation_once_and_a_rerun_writes_nothing(tmp_path):
+  """The stop lands on an evaluation step (6): the final evaluation reuses it and is not
+  written again; a second invocation stops at once and leaves the workdir as it was."""
+  run = lambda: training.train_and_evaluate(
+      _config(num_steps=100, eval_every=2), str(tmp_path), toy_task.TASK,
+      hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=2)])
+  first = run()
+  assert first["step"] == 6 and first["stop_reason"] == "early_stopping"
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in records if "eval_loss" in r] == [2, 4, 6]
+  files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*")
+           if p.is_file() and p.name != "run.lock"}
+  again = run()
+  assert again["step"] == 6 and again["stop_reason"] == "early_stopping"
+  assert again["eval_loss"] == first["eval_loss"] and again["best_step"] == 2
+  after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*")
+           if p.is_file() and p.name != "run.lock"}
+  assert after == files

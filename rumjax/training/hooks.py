@@ -6,7 +6,9 @@ A hook has any of these methods; the loop calls them in the order the hooks are 
     after_step(step, state, ctx)            after every optimizer step
     after_eval(step, state, metrics, ctx)   after the evaluators that ran at ``step``; may
                                             return a new state (None keeps it)
-    end(step, state, summary, ctx)          after the final evaluation (may add to summary)
+    end(step, state, summary, ctx)          after the final evaluation (may add to summary);
+                                            for a run that had ended already (nothing to
+                                            do), with its recorded final evaluation
 
 ``ctx`` (:class:`LoopContext`) gives the workdir, the config, the number of steps, and
 ``ctx.request_stop(reason)``: the loop then saves a checkpoint, runs the final evaluation

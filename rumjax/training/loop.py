@@ -282,17 +282,19 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
   metrics, and calls the hooks' ``after_eval``. An evaluator that already ran at this step
   is not run again (its metrics are reused from ``cache``). Returns ``(metrics, state)``
   (the state a hook may have replaced)."""
-  record = {}
+  record, fresh = {}, {}
   for ev in evals:
     if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
       continue
     if cache.get(ev.name, (None,))[0] != step:
       logging.info("step %d: running evaluator %s.", step, ev.name)
       cache[ev.name] = (step, ev.run(state))
+      fresh.update(cache[ev.name][1])
     record.update(cache[ev.name][1])
   if record:
     record.update(scalar_params(state.params))
-    writer.write(step, record)
+    if fresh:   # what ran at this step already is in metrics.jsonl once
+      writer.write(step, {**fresh, **scalar_params(state.params)})
     logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
     if not final:
       state = hooks_lib.call_after_eval(hooks_, step, state, record, ctx)
@@ -417,7 +419,10 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
 
   Returns:
     A summary dict: the final ``step``, ``stop_reason`` (``"num_steps"``,
-    ``"preempted"``, ``"budget"``, ``"early_stopping"``, ...), ``preempted``, the last
+    ``"preempted"``, ``"budget"``, ``"early_stopping"``, ...; ``"finished"`` when the
+    run had reached ``num_steps`` before: nothing is trained, evaluated or written, as for
+    a run that a hook stops again at once, e.g. early stopping, whose reason it keeps;
+    the metrics are those of its recorded final evaluation), ``preempted``, the last
     ``train_*`` metrics, the final evaluators' metrics, what hooks add (e.g.
     ``best_step``), and ``params`` (``None`` if stopped before there was a state).
   """
@@ -486,22 +491,6 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
   try:
     evals = make_evaluators(config, task, model, mesh)
     hooks = [*hooks, *_config_hooks(config, evals)]
-    if step >= num_steps:
-      done = finished_record(workdir, step, evals)
-      if done is not None:
-        logging.warning("%s: the run finished at step %d already (its final evaluation is "
-                        "in metrics.jsonl); nothing to do, nothing written.", workdir, step)
-        return {**done, "step": step, "preempted": False, "stop_reason": "finished",
-                "params": state.params}
-    if jax.process_index() == 0:
-      utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
-    logging.info("%s at step %d of %d on %d device(s); config:\n%s",
-                 "Resuming" if step else "Starting", step, num_steps, mesh.devices.size,
-                 config)
-    step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
-                                        loss_and_metrics=task.loss_and_metrics),
-                      donate_argnums=0)
-    writer = writer_lib.MetricWriter(workdir, start_step=step)
 
     def save(directory, at_step, at_state):
       if directory == workdir:
@@ -515,6 +504,28 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
 
     ctx = hooks_lib.LoopContext(workdir=workdir, config=config, num_steps=num_steps,
                                 start_step=step, save=save)
+    hooks_lib.call(hooks, "begin", step, state, ctx)
+    if step >= num_steps or ctx.stop_reason is not None:
+      # Finished already (all steps, or a hook stops it again at once, e.g. early
+      # stopping): with its final evaluation in metrics.jsonl there is nothing to do.
+      done = finished_record(workdir, step, evals)
+      if done is not None:
+        reason = "finished" if step >= num_steps else ctx.stop_reason
+        how = "finished" if step >= num_steps else f"stopped ({reason})"
+        logging.warning("%s: the run %s at step %d already (its final evaluation is in "
+                        "metrics.jsonl); nothing to do, nothing written.", workdir, how, step)
+        summary = {**done, "step": step, "preempted": False, "stop_reason": reason}
+        hooks_lib.call(hooks, "end", step, state, summary, ctx)
+        return {**summary, "params": state.params}
+    if jax.process_index() == 0:
+      utils.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    logging.info("%s at step %d of %d on %d device(s); config:\n%s",
+                 "Resuming" if step else "Starting", step, num_steps, mesh.devices.size,
+                 config)
+    step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx,
+                                        loss_and_metrics=task.loss_and_metrics),
+                      donate_argnums=0)
+    writer = writer_lib.MetricWriter(workdir, start_step=step)
     log_every = config.get("log_every", 50) or 50
     summary = {"step": step, "preempted": False}
     totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
@@ -530,7 +541,6 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       logging.info("step %d/%d %s", step, num_steps, _fmt(record))
       summary.update(record)
 
-    hooks_lib.call(hooks, "begin", step, state, ctx)
     while step < num_steps:
       if stop.agreed(step, also=ctx.stop_reason is not None):
         ctx.request_stop("preempted")
