@@ -83,3 +83,20 @@ def accumulate(total, new):
     return jax.tree.map(np.asarray, new)
   return {k: (total[k][0] + np.asarray(new[k][0]), total[k][1] + np.asarray(new[k][1]))
           for k in total}
+
+
+def totals_to_json(total) -> Any:
+  """A :func:`accumulate` total as JSON (``None`` stays ``None``): ``{name: [[sum, dtype],
+  [count, dtype]]}``, read back exactly by :func:`totals_from_json` (a float32 sum is a
+  float64 number in JSON without loss)."""
+  if total is None:
+    return None
+  return {k: [[np.asarray(x).item(), np.asarray(x).dtype.name] for x in pair]
+          for k, pair in total.items()}
+
+
+def totals_from_json(data) -> Any:
+  """The total that :func:`totals_to_json` wrote, with its dtypes."""
+  if data is None:
+    return None
+  return {k: tuple(np.asarray(v, dtype) for v, dtype in pair) for k, pair in data.items()}

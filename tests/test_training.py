@@ -171,3 +171,29 @@ def test_an_evaluation_batch_that_does_not_split_is_refused_before_training():
   with pytest.raises(ValueError, match=r"^config.evals.eval.batch_size: batch_size=3 is not "
                      r"divisible by the number of devices \(2\)"):
     loop.make_evaluators(config, toy_task.TASK, None, two_devices)
+
+
+def test_a_resumed_run_writes_the_training_records_of_an_uninterrupted_one(tmp_path):
+  """Killed after the checkpoint at step 6 (log_every 5: step 6 is in the window of the
+  record at 10): the resumed run's record at step 10 averages steps 6-10, as the
+  uninterrupted run's does (before session 33 it averaged steps 7-10 only)."""
+  config = _config(num_steps=12, log_every=5, checkpoint_every=3, keep_checkpoints=10)
+  full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
+  training.train_and_evaluate(config, full, toy_task.TASK)
+  shutil.copytree(full, killed)
+  for step in ("9", "12"):   # what the kill left unsaved
+    shutil.rmtree(os.path.join(killed, "checkpoints", step))
+  training.train_and_evaluate(config, killed, toy_task.TASK)
+  train = lambda d: [{k: v for k, v in r.items() if k.startswith("train_") or k == "step"}
+                     for r in map(json.loads, open(os.path.join(d, "metrics.jsonl")))
+                     if "train_loss" in r]
+  assert [r["step"] for r in train(killed)] == [5, 10, 12]
+  assert train(killed) == train(full)
+  # A checkpoint saved without the window (before session 33) still resumes.
+  old = str(tmp_path / "old")
+  shutil.copytree(full, old)
+  for step in ("9", "12"):
+    shutil.rmtree(os.path.join(old, "checkpoints", step))
+  shutil.rmtree(os.path.join(old, "checkpoints", "6", "window"))
+  assert training.train_and_evaluate(config, old, toy_task.TASK)["step"] == 12
+  assert [r["step"] for r in train(old)] == [5, 10, 12]

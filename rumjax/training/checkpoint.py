@@ -103,18 +103,24 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     return bool(self.every) and step % self.every == 0
 
-  def save(self, step: int, state, data_state: dict, *, force: bool = False) -> None:
+  def save(self, step: int, state, data_state: dict, *, window: Optional[dict] = None,
+           force: bool = False) -> None:
+    """Saves ``state``, ``data_state`` (the data iterator's position) and, if given,
+    ``window`` (JSON: the loop's training metrics since its last record) at ``step``."""
     if step in self.manager.all_steps():
       return
-    self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+    items = {"state": ocp.args.StandardSave(state), "data": ocp.args.JsonSave(data_state)}
+    if window is not None:
+      items["window"] = ocp.args.JsonSave(window)
+    self.manager.save(step, args=ocp.args.Composite(**items), force=True)
     self.manager.wait_until_finished()
     logging.info("Saved checkpoint at step %d in %s.", step, self.directory)
 
   def restore(self, abstract_state, step: Optional[int] = None
-              ) -> Optional[tuple[Any, dict, int]]:
-    """The latest loadable ``(state, data_state, step)`` (or that of ``step`` only), or
-    ``None`` if there is none."""
+              ) -> Optional[tuple[Any, dict, int, Optional[dict]]]:
+    """The latest loadable ``(state, data_state, step, window)`` (or that of ``step``
+    only), or ``None`` if there is none. ``window`` is what :meth:`save` was given (``None``
+    for a checkpoint saved without it, e.g. before session 33)."""
     _ignore_closed_loop_callbacks()
     steps = sorted(self.manager.all_steps(), reverse=True)
     if step is not None:
@@ -127,9 +133,12 @@ class Checkpointer:
         continue
       self.check_fits(step, saved_tree, abstract_state)
       try:
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-        return restored.state, restored.data, step
+        items = {"state": ocp.args.StandardRestore(abstract_state),
+                 "data": ocp.args.JsonRestore()}
+        if os.path.isdir(os.path.join(self.directory, str(step), "window")):
+          items["window"] = ocp.args.JsonRestore()
+        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        return restored.state, restored.data, step, restored.get("window")
       except Exception as err:  # orbax raises many types for unreadable files
         self._quarantine(step, err)
     return None

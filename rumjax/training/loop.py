@@ -351,8 +351,10 @@ def _config_hooks(config, evals) -> list:
 
 def _restore(config, task, model, tx, mesh, workdir):
   """The train state (restored from ``workdir`` if it has a checkpoint), the training
-  iterator at the matching position, and the checkpointer. A checkpoint that does not
-  fit the model raises :class:`checkpoint.StateMismatchError` (nothing is moved)."""
+  iterator at the matching position, the checkpointer, and the training metrics summed
+  since the last record before that checkpoint (:func:`rumjax.metrics.accumulate`'s
+  total; ``None`` if none). A checkpoint that does not fit the model raises
+  :class:`checkpoint.StateMismatchError` (nothing is moved)."""
   train_iter = task.train_data(config, process_index=jax.process_index(),
                                process_count=jax.process_count())
   start_position = train_iter.get_state()
@@ -369,11 +371,13 @@ def _restore(config, task, model, tx, mesh, workdir):
   except BaseException:
     checkpointer.close()
     raise
+  totals = None
   if restored is not None:
-    state, data_state, ckpt_step = restored
+    state, data_state, ckpt_step, window = restored
     train_iter.set_state(data_state)
+    totals = metrics_lib.totals_from_json((window or {}).get("totals"))
     logging.info("Resumed from the checkpoint at step %d.", ckpt_step)
-  return _place(state, mesh), train_iter, checkpointer
+  return _place(state, mesh), train_iter, checkpointer, totals
 
 
 def _lock_workdir(workdir: str, stack: contextlib.ExitStack) -> None:
@@ -483,7 +487,7 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
   sharding_lib.check_batch_size(config.batch_size, mesh)
   model = task.build_model(config)
   tx = make_optimizer(config, task)
-  state, train_iter, checkpointer = _restore(config, task, model, tx, mesh, workdir)
+  state, train_iter, checkpointer, totals = _restore(config, task, model, tx, mesh, workdir)
   writer = None
   step = int(state.step)
   num_steps = config.num_steps
@@ -528,7 +532,14 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     writer = writer_lib.MetricWriter(workdir, start_step=step)
     log_every = config.get("log_every", 50) or 50
     summary = {"step": step, "preempted": False}
-    totals, window_start, window_steps, cache = None, time.perf_counter(), 0, {}
+    # The training metrics since the last record (``totals``, restored with the checkpoint
+    # so that a resumed run writes the records of an uninterrupted one) and the steps and
+    # time of this invocation among them (for ``steps_per_sec``).
+    window_start, window_steps, cache = time.perf_counter(), 0, {}
+
+    def save_checkpoint(step):
+      checkpointer.save(step, state, train_iter.get_state(),
+                        window={"totals": metrics_lib.totals_to_json(totals)})
 
     def write_window(step):
       """Writes the training metrics of the steps since the last such record."""
@@ -570,11 +581,12 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
                             cache=cache)
       if checkpointer.should_save(step):
-        checkpointer.save(step, state, train_iter.get_state())
+        save_checkpoint(step)
     if window_steps:   # stopped between two records: the steps since the last one
       write_window(step)
+      totals = None
     if step != ctx.start_step:   # else it is saved already, or is the initial state
-      checkpointer.save(step, state, train_iter.get_state())
+      save_checkpoint(step)
     progress.close()
     summary["step"] = step
     summary["stop_reason"] = ctx.stop_reason or "num_steps"
@@ -615,7 +627,7 @@ def _load_checkpoint(config, workdir: str, task, model, mesh, step: Optional[int
                        f"are {saved}.")
     raise ValueError(f"no loadable checkpoint{'' if step is None else f' at step {step}'} "
                      f"in {directory}.")
-  state, _, at = restored
+  state, _, at, _ = restored
   return _place(state, mesh), int(at)
 
 
