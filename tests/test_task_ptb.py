@@ -133,10 +133,15 @@ def test_stream_and_whole_split_evaluation(corpus, level):
 @pytest.mark.slow   # ~60 s (three runs); tests/test_training.py checks exact resume fast
 def test_trains_evaluates_the_whole_stream_and_resumes_exactly(corpus, tmp_path):
   c = _config(corpus, num_steps=8)
+  c.evals.eval.batches = 1   # while training; the small setting's batches_at_end is 0
   full = training.train_and_evaluate(c, str(tmp_path / "full"), ptb.TASK)
   n_valid = len(ptb.token_stream(c, "valid")) - 1
   assert full["eval_tokens"] == n_valid and full["test_tokens"] == len(
       ptb.token_stream(c, "test")) - 1
+  periodic = [json.loads(line)["eval_tokens"] for line in open(tmp_path / "full" /
+                                                               "metrics.jsonl")
+              if "eval_tokens" in line]
+  assert periodic[:-1] == [3 * 12] * (len(periodic) - 1) and periodic[-1] == n_valid
   assert np.isfinite(full["eval_bpc"]) and full["eval_bpc"] < np.log2(len(ptb.vocabulary(c)))
   # Stopped at step 4 (mid-epoch: an epoch is several windows here) and resumed to 8.
   assert ((len(ptb.token_stream(c, "train")) - 1) // 4) // 12 > 8  # one epoch > 8 windows

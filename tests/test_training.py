@@ -197,3 +197,33 @@ def test_a_resumed_run_writes_the_training_records_of_an_uninterrupted_one(tmp_p
   shutil.rmtree(os.path.join(old, "checkpoints", "6", "window"))
   assert training.train_and_evaluate(config, old, toy_task.TASK)["step"] == 12
   assert [r["step"] for r in train(old)] == [5, 10, 12]
+
+
+def test_batches_at_end_reads_more_of_the_split_at_the_end_than_during_training(tmp_path):
+  """evals.eval: batches=1 while training, batches_at_end=0 (the whole split, 3 batches)
+  at the end and for a checkpoint's evaluation; a stop on an evaluation step evaluates
+  again at the end instead of reusing the periodic metrics."""
+  def config(batches, at_end=None):
+    c = _config(num_steps=100, eval_every=2, checkpoint_every=2)
+    c.evals.eval.batches = batches
+    if at_end is not None:
+      c.evals.eval.batches_at_end = at_end
+    return c
+
+  stop = lambda: [training.EarlyStopping("eval_loss", mode="max", patience=1)]
+  split = training.train_and_evaluate(config(1, 0), str(tmp_path / "split"), toy_task.TASK,
+                                      hooks=stop())
+  during = training.train_and_evaluate(config(1), str(tmp_path / "one"), toy_task.TASK,
+                                       hooks=stop())
+  whole = training.train_and_evaluate(config(0), str(tmp_path / "whole"), toy_task.TASK,
+                                      hooks=stop())
+  assert split["step"] == during["step"] == whole["step"] == 4
+  assert split["eval_loss"] == whole["eval_loss"] != during["eval_loss"]
+  evals = lambda d: [r["eval_loss"] for r in map(json.loads, open(d / "metrics.jsonl"))
+                     if "eval_loss" in r]
+  # Periodic at steps 2 and 4 on one batch, then the final at step 4 on the whole split.
+  assert evals(tmp_path / "split") == evals(tmp_path / "one") + [whole["eval_loss"]]
+  again = training.evaluate_checkpoint(config(1, 0), str(tmp_path / "split"), toy_task.TASK)
+  assert again["eval_loss"] == whole["eval_loss"]
+  with pytest.raises(ValueError, match=r"batches_at_end=-1 must be an integer >= 0"):
+    training.train_and_evaluate(config(1, -1), str(tmp_path / "bad"), toy_task.TASK)

@@ -11,7 +11,10 @@ A task's config lists them in ``config.evals``, one entry per evaluator::
 Every entry has ``type`` (a registered evaluator name, see :data:`EVALUATORS`), ``split``
 (passed to the task's ``eval_data``), ``every`` (steps between runs while training; 0 =
 never during training), ``at_end`` (run after the last step; default True), ``batches``
-(at most this many batches of the split; 0 = the whole split) and ``pred`` (the
+(at most this many batches of the split; 0 = the whole split), ``batches_at_end`` (the
+same for the final run after the last step and for a saved checkpoint's evaluation;
+default: ``batches``; e.g. ``batches=50, batches_at_end=0``: the first 50 batches while
+training, the whole split at the end) and ``pred`` (the
 name of the predict function, default the evaluator's ``default_pred``); the other keys
 are the evaluator's own options. The key of the entry is the prefix of its metrics
 (``eval`` -> ``eval_loss``, ``eval_accuracy``).

@@ -41,7 +41,8 @@ from rumjax.registry import Registry
 EVALUATORS = Registry("evaluator")
 
 # Keys of a ``config.evals`` entry that the loop reads; the rest go to the evaluator.
-COMMON_OPTIONS = ("type", "split", "every", "at_end", "batches", "pred", "batch_size")
+COMMON_OPTIONS = ("type", "split", "every", "at_end", "batches", "batches_at_end", "pred",
+                  "batch_size")
 
 
 def register_evaluator(name: str, cls: Optional[type] = None):
@@ -58,17 +59,30 @@ def eval_entry(type: str, split: str, *, every: int = 0, at_end: bool = True,
 
 @dataclasses.dataclass
 class Scheduled:
-  """An evaluator with its cadence: runs every ``every`` steps and/or at the end."""
+  """An evaluator with its cadence: runs every ``every`` steps and/or at the end, on at
+  most ``batches`` batches while training and ``batches_at_end`` at the end (0 = the whole
+  split; ``None`` = ``batches``)."""
   name: str
   evaluator: Any
   every: int = 0
   at_end: bool = True
+  batches: Optional[int] = None
+  batches_at_end: Optional[int] = None
 
   def due(self, step: int, num_steps: int) -> bool:
     """Whether to run after training step ``step`` (the end is handled separately)."""
     return bool(self.every) and step % self.every == 0 and step < num_steps
 
-  def run(self, state) -> dict:
+  def batches_for(self, final: bool) -> Optional[int]:
+    """The batches a periodic (``final=False``) or final run reads (0/None: all)."""
+    if final and self.batches_at_end is not None:
+      return self.batches_at_end
+    return self.batches
+
+  def run(self, state, final: bool = False) -> dict:
+    """The evaluator's metrics on ``state``: a periodic run, or the final one
+    (``final``: after the last step, or of a saved checkpoint)."""
+    self.evaluator.batches = self.batches_for(final)
     return self.evaluator.run(state)
 
 
@@ -103,7 +117,7 @@ def validate_evals(evals, predict_names=None, splits=None, text_fn_names=None) -
     if splits is not None and entry["split"] not in splits:
       raise ValueError(f"{where}.split={entry['split']!r} is unknown; the task's splits "
                        f"are {list(splits)}.")
-    for field in ("every", "batches", "batch_size"):
+    for field in ("every", "batches", "batches_at_end", "batch_size"):
       value = entry.get(field)
       if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                 or value < 0):
@@ -160,5 +174,7 @@ def build_evaluators(evals, *, predict_fns: Mapping[str, Callable],
                     prefix=name, batches=entry.get("batches"), model_state=state_fn,
                     **options)
     out.append(Scheduled(name, evaluator, every=int(entry.get("every") or 0),
-                         at_end=bool(entry.get("at_end", True))))
+                         at_end=bool(entry.get("at_end", True)),
+                         batches=entry.get("batches"),
+                         batches_at_end=entry.get("batches_at_end")))
   return out

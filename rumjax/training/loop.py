@@ -286,9 +286,10 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
   for ev in evals:
     if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
       continue
-    if cache.get(ev.name, (None,))[0] != step:
+    key = (step, ev.batches_for(final))   # the final run may read more of the split
+    if cache.get(ev.name, (None,))[0] != key:
       logging.info("step %d: running evaluator %s.", step, ev.name)
-      cache[ev.name] = (step, ev.run(state))
+      cache[ev.name] = (key, ev.run(state, final=final))
       fresh.update(cache[ev.name][1])
     record.update(cache[ev.name][1])
   if record:
@@ -681,7 +682,8 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
       keeps in it.
     task: the task.
     step: the checkpoint step (default: the latest one).
-    names: the evaluators to run (keys of ``config.evals``; default: all).
+    names: the evaluators to run (keys of ``config.evals``; default: all), each on the
+      batches of its final run (``batches_at_end``).
 
   Returns:
     ``{"step": step, **metrics}``. Nothing is written to ``workdir``.
@@ -698,7 +700,7 @@ def evaluate_checkpoint(config, workdir: str, task, *, step: Optional[int] = Non
     evals = [ev for ev in evals if ev.name in names]
   out = {"step": at}
   for ev in evals:
-    out.update(ev.run(state))
+    out.update(ev.run(state, final=True))
   return out
 
 
