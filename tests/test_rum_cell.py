@@ -197,3 +197,33 @@ def test_learned_lam_in_bfloat16_keeps_the_memory_a_rotation():
                              np.broadcast_to(np.eye(6), r.shape), atol=1e-5)
   g = jax.grad(lambda v: jnp.sum(jnp.sin(rnn.apply(v, xs)[1].astype(jnp.float32))))(variables)
   assert np.isfinite(float(g["params"]["cell"]["lam"]))
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_run_recurrence_fast_path_keeps_carry_init_and_the_carry_at_each_length(lam):
+  """run_recurrence's rum_scan path equals nn.RNN: a non-zero carry_init is the first
+  state (it started from zeros), and with seq_lengths the returned carry is each row's at
+  its length (it ran through the padding). float32 matmuls (module fixture)."""
+  from rumjax.models.sequence import run_recurrence
+
+  class Layer(nn.Module):
+    cell: nn.RNNCellBase
+    under_nn_rnn: bool
+
+    @nn.compact
+    def __call__(self, xs, lengths):
+      if self.under_nn_rnn:
+        cell = self.cell.clone(parent=None, name=None)
+        return nn.RNN(cell, name="rnn")(xs, seq_lengths=lengths, return_carry=True)
+      return run_recurrence(self.cell, xs, seq_lengths=lengths, return_carry=True,
+                            name="rnn")
+
+  xs, lengths = _xs(7, 2, 5, 3), jnp.array([5, 2])
+  for cell, lens in [(cells.make_cell("rum", 4, lam=lam,
+                                      carry_init=nn.initializers.ones_init()), None),
+                     (cells.make_cell("rum", 4, lam=lam), lengths)]:
+    fast, ref = Layer(cell, False), Layer(cell, True)
+    variables = ref.init(jax.random.key(0), xs, lens)
+    (c_fast, h_fast), (c_ref, h_ref) = (m.apply(variables, xs, lens) for m in (fast, ref))
+    np.testing.assert_allclose(h_fast[0], h_ref[0], atol=1e-6)   # row 0: all 5 steps real
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), c_fast, c_ref)

@@ -213,6 +213,10 @@ class RUM(nn.Module):
     # <name>/cell with its own initialisers; rum_scan then runs the whole sequence.
     x0 = xs[..., 0, :]
     c(c.initialize_carry(jax.random.key(0), x0.shape), x0, sow_cos=False)
+    if initial_carry is None and c.carry_init is not nn.initializers.zeros:
+      # A non-zero h_0 (carry_init): the cell's own, drawn as nn.RNN draws it (key 0);
+      # with zeros rum_scan's own h_0 = 0, R_0 = 1 is the same.
+      initial_carry = c.initialize_carry(jax.random.key(0), x0.shape)
     params = {k: c.variables["params"][k] for k in ("kernel_x", "kernel_h", "bias")}
     lam = c.variables["params"][LAM_PARAM] if c.learn_lam else c.lam
     if c.dtype is not None:

@@ -3,8 +3,8 @@
 ``config.model.dtype`` (``"float32"``, the default, or ``"bfloat16"``) is the dtype of the
 computation of every model: embeddings, ``Dense`` layers, attention projections, the
 recurrent cells' gate matmuls and hidden states. ``config.model.param_dtype`` (default
-``"float32"``) is the dtype the parameters are created and stored in (so the optimizer
-state and the checkpoints are float32). :func:`rumjax.models.build_model` resolves both
+and only accepted value ``"float32"``) is the dtype the parameters are created and
+stored in (so the optimizer state and the checkpoints are float32). :func:`rumjax.models.build_model` resolves both
 names (:func:`resolve`) and passes them to the model and to its cells.
 
 Whatever the policy, these stay float32 (as in Flax's own modules and recurrentgemma):
@@ -48,6 +48,12 @@ def get_dtype(name: Any, field: str = "dtype") -> Any:
   if not isinstance(name, str) or name not in DTYPES:
     raise ValueError(f"config.model.{field}={name!r} is unknown; accepted names are "
                      f"{list(DTYPES)}.")
+  if field == "param_dtype" and name != "float32":
+    # bfloat16 parameters: the recurrent cells' carries would change dtype between steps
+    # (float32 inputs) and the orthogonal initialisers' QR has no bfloat16 kernel.
+    raise ValueError(f"config.model.param_dtype={name!r} is not supported: the parameters, "
+                     "the optimizer state and checkpoints are float32; for a bfloat16 "
+                     "computation set config.model.dtype='bfloat16'.")
   return DTYPES[name]
 
 

@@ -83,9 +83,10 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
               if f.init and f.name not in ("parent", "name")}
     core = type(cell)(**fields, name=name)  # a child of the calling module
     return core(xs, initial_carry=initial_carry, return_carry=return_carry)
-  if rum_cell.supports_scan(cell):
+  if rum_cell.supports_scan(cell) and not (return_carry and seq_lengths is not None):
     # Fast path: rum_scan (same parameters at <name>/cell). Outputs past seq_lengths are
-    # unspecified here as under nn.RNN; callers read hs before each row's length.
+    # unspecified here as under nn.RNN; callers read hs before each row's length. The
+    # carry at each row's length (return_carry with seq_lengths) needs nn.RNN's scan.
     return rum_cell.RUM(cell, name=name)(xs, initial_carry=initial_carry,
                                          return_carry=return_carry)
   # Sown intermediates (RUM's cos(theta), with mutable=["intermediates"]) stacked over time.
