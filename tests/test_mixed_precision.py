@@ -2,6 +2,7 @@
 model and task; parameters, losses, logits, attention and decoding scores stay float32;
 bfloat16 training runs end to end and resumes exactly."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -283,3 +284,25 @@ def test_bfloat16_resume_is_exact(tmp_path):
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                full["params"], resumed["params"])
   assert np.isfinite(full["eval_accuracy"]) and resumed["eval_loss"] == full["eval_loss"]
+
+
+def test_output_dense_is_flax_dense_with_float32_sums():
+  """The models' output layer: nn.Dense's parameters and float32 values; in bfloat16 a
+  float32 result and bias, so the bias gradient is the float32 sum of the cotangents over
+  the 240 rows (Flax's bfloat16 Dense: 1.3% off it)."""
+  from rumjax.models import precision
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 30, 16)), jnp.float32)
+  ct = jnp.asarray(np.random.default_rng(1).normal(size=(8, 30, 5)), jnp.float32)
+  make = lambda dtype: precision.output_dense(5, dtype=dtype, param_dtype=jnp.float32,
+                                              precision=jax.lax.Precision.HIGHEST, name="head")
+  flax_dense = nn.Dense(5, param_dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST)
+  params = make(None).init(jax.random.key(0), x)
+  flax_params = flax_dense.init(jax.random.key(0), x)
+  jax.tree.map(np.testing.assert_array_equal, params, flax_params)
+  np.testing.assert_array_equal(make(None).apply(params, x), flax_dense.apply(params, x))
+  out = make(jnp.bfloat16).apply(params, x)
+  assert out.dtype == jnp.float32
+  grads = jax.grad(lambda p: jnp.sum(make(jnp.bfloat16).apply(p, x) * ct))(params)
+  np.testing.assert_allclose(grads["params"]["bias"], np.sum(np.asarray(ct, np.float64),
+                                                              axis=(0, 1)), rtol=1e-5)
+  assert grads["params"]["kernel"].dtype == jnp.float32

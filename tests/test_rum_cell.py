@@ -199,7 +199,7 @@ def test_learned_lam_in_bfloat16_keeps_the_memory_a_rotation():
   assert np.isfinite(float(g["params"]["cell"]["lam"]))
 
 
-@pytest.mark.parametrize("lam", [0, 1])
+@pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])   # 8 s each
 def test_run_recurrence_fast_path_keeps_carry_init_and_the_carry_at_each_length(lam):
   """run_recurrence's rum_scan path equals nn.RNN: a non-zero carry_init is the first
   state (it started from zeros), and with seq_lengths the returned carry is each row's at

@@ -133,4 +133,6 @@ class SentenceQA(nn.Module):
       context, _ = dot_attention(hs, h_q, pos < lengths[:, None], precision=self.precision)
       features = jnp.tanh(dense(self.cell.features, "attention_dense")(
           jnp.concatenate([context, h_q], axis=-1)))
-    return precision.float32_logits(dense(self.num_classes, "head")(features))
+    return precision.output_dense(self.num_classes, dtype=self.dtype,
+                                  param_dtype=self.param_dtype, precision=self.precision,
+                                  name="head")(features)

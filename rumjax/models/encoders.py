@@ -285,7 +285,9 @@ class SentenceEncoderModel(nn.Module):
     if self.objective == "classify":
       if sentence is None:
         sentence = masked_mean(hs, mask)
-      return precision.float32_logits(dense(self.num_classes, "classifier")(drop(sentence)))
+      return precision.output_dense(self.num_classes, dtype=self.dtype,
+                                    param_dtype=self.param_dtype, precision=self.precision,
+                                    name="classifier")(drop(sentence))
     if hs.shape[-1] != self.embed_dim:
       hs = dense(self.embed_dim, "mlm_dense")(hs)
     table = embed.embedding

@@ -92,6 +92,7 @@ class LanguageModel(nn.Module):
     # The state carried to the next window keeps the initial carry's dtypes.
     carry = precision.carry_like(carry, initial)
     hs = nn.Dropout(self.dropout_rate)(hs, deterministic=not train)
-    logits = nn.Dense(self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype,
-                      precision=self.precision, name="head")(hs)
-    return precision.float32_logits(logits), carry
+    logits = precision.output_dense(self.vocab_size, dtype=self.dtype,
+                                    param_dtype=self.param_dtype, precision=self.precision,
+                                    name="head")(hs)
+    return logits, carry

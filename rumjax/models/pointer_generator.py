@@ -362,13 +362,15 @@ class AttentionDecoderStep(nn.Module):
     output = dense(self.cell.features, "attn_output")(
         jnp.concatenate([cell_out, jnp.asarray(context, cell_out.dtype)], axis=-1))
     output = _perturb(self, "decoder_outputs", output)
-    p_vocab = jax.nn.softmax(precision.float32_logits(dense(self.vocab_size, "vocab")(output)),
-                             axis=-1)
+    head = lambda n, name: precision.output_dense(n, dtype=self.dtype,
+                                                  param_dtype=self.param_dtype,
+                                                  precision=self.precision, name=name)
+    p_vocab = jax.nn.softmax(head(self.vocab_size, "vocab")(output), axis=-1)
     num_extended = self.vocab_size + self.max_oovs
     if self.pointer:
-      p_gen = jax.nn.sigmoid(precision.float32_logits(dense(1, "pointer")(
+      p_gen = jax.nn.sigmoid(head(1, "pointer")(
           jnp.concatenate([jnp.asarray(context, s.dtype), s, jnp.asarray(x, s.dtype)],
-                          axis=-1))[:, 0]))
+                          axis=-1))[:, 0])
       # No real source position: nothing to copy, all mass on P_vocab.
       p_gen = jnp.where(jnp.any(mask > 0, axis=-1), p_gen, 1.0)
       probs = final_distribution(p_vocab, attention, p_gen, state["article_ext"],

@@ -150,9 +150,9 @@ class TokenSequenceModel(nn.Module):
 
   def logits(self, hs: Array) -> Array:
     """The output layer ``head``; float32 logits (the precision policy)."""
-    return precision.float32_logits(nn.Dense(self.num_classes, dtype=self.dtype,
-                                             param_dtype=self.param_dtype,
-                                             precision=self.precision, name="head")(hs))
+    return precision.output_dense(self.num_classes, dtype=self.dtype,
+                                  param_dtype=self.param_dtype, precision=self.precision,
+                                  name="head")(hs)
 
 
 @register_model("tagger")

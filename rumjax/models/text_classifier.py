@@ -144,7 +144,9 @@ class ClassifierHead(nn.Module):
     for k in range(self.mlp_layers):
       features = nn.relu(dense(self.mlp_size, f"mlp_{k}")(features))
     features = nn.Dropout(self.dropout_rate, deterministic=not train)(features)
-    return precision.float32_logits(dense(self.num_classes, "logits")(features))
+    return precision.output_dense(self.num_classes, dtype=self.dtype,
+                                  param_dtype=self.param_dtype, precision=self.precision,
+                                  name="logits")(features)
 
 
 # ------------------------------------------------------------------------- models
