@@ -36,6 +36,10 @@ def run(values) -> str:
     if len(labels) != len(values.workdirs):
       raise ValueError(f"--labels has {len(labels)} entries for {len(values.workdirs)} "
                        "workdirs; give one label per workdir.")
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:   # one curve would replace the other
+      raise ValueError(f"the label(s) {repeated} name several workdirs; pass --labels "
+                       "with one distinct label per workdir.")
     curves = {label: runs.metric_curves(w, values.metric)
               for label, w in zip(labels, values.workdirs)}
   except ValueError as err:

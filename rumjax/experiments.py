@@ -321,6 +321,22 @@ def _check_one_seed(model_dir: str, seed) -> None:
           "one trains in its own seed folder), or use another --workdir.")
 
 
+def _check_no_seed_folders(model_dir: str) -> None:
+  """One-line :class:`rumjax.training.WorkdirError` if ``model_dir`` holds the
+  ``seed<k>/`` folders of a several-seed run: one seed alone would train again in
+  ``model_dir`` and ``results.json`` would lose the seeds' means. Reads only."""
+  names = os.listdir(model_dir) if os.path.isdir(model_dir) else []
+  found = sorted(n[len("seed"):] for n in names
+                 if n.startswith("seed") and os.path.isdir(os.path.join(model_dir, n)))
+  if found:
+    single = (utils.read_json(os.path.join(model_dir, "config.json")) or {}).get("seed")
+    seeds = ([] if single is None else [str(single)]) + found   # a seed run alone first
+    raise training.WorkdirError(
+        f"{model_dir!r} holds the runs of seeds {', '.join(seeds)} (given together with "
+        f"--seeds): pass --seeds={','.join(seeds)} again (finished seeds do not train "
+        "again; add a seed to train it beside them), or use another --workdir.")
+
+
 def parse_overrides(items: Sequence[str]) -> dict:
   """``["model.eta=1.0", "seed=3"]`` -> ``{"model.eta": 1.0, "seed": 3}``: values are
   Python literals (``None``, numbers, ...); anything else stays a string."""
@@ -643,7 +659,9 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
   experiment's figures. The record keeps the pretraining's steps, status, metrics and
   time as ``"pretrain"`` (:func:`pretrain_summary`). A phase that had finished with the
   same config is not run again; a pretraining run that was preempted or diverged is
-  returned as it is (the model does not fine-tune from it).
+  returned as it is (the model does not fine-tune from it); one cut short by the budget is
+  fine-tuned from, and is not resumed once the fine-tuning has started (the record keeps
+  the pretraining the fine-tuning started from).
   """
   model_dir = seed_dir(exp_dir, key, seed)
   if seed is None:
@@ -658,7 +676,12 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
     config = copy.deepcopy(config)
     config.init_from = pre_dir
     pre_record = finished(pre_config, pre_dir)
-    if pre_record is None and finished(config, model_dir) is None:
+    # Fine-tuning that has started (from a pretraining cut short by the budget) keeps the
+    # pretraining it started from: that run is not resumed, its record not replaced.
+    started = utils.read_json(os.path.join(model_dir, RESULT_FILE), {}).get("pretrain")
+    if started is not None and started.get("status") not in FINISHED:
+      pre_record = started
+    elif pre_record is None and finished(config, model_dir) is None:
       logging.info("%s: pretraining %s (%s) in %s", exp.name, key, label, pre_dir)
       pre_record = run_model(pre_config, pre_dir, exp.task, hooks=budget,
                              info={**info, "phase": PRETRAIN_DIR},
@@ -675,7 +698,7 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
   record = run_model(config, model_dir, exp.task, hooks=hooks + budget, info=info,
                      invocation={"budget_minutes": options.budget_minutes})
   if pre_record is not None:
-    record["pretrain"] = pretrain_summary(pre_record)
+    record["pretrain"] = pretrain_summary(pre_record)   # (a summary is its own summary)
   if record["status"] not in ("preempted", "diverged"):
     metrics = final_at_best(config, model_dir, exp.task)
     if metrics is not None:
@@ -715,6 +738,9 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
                    pretrain_config(exp, key, seed_options)))
   training.check_writable(workdir)
   exp_dir = os.path.join(workdir, exp.name)
+  if not seeds:
+    for key in select_models(exp, keys):
+      _check_no_seed_folders(os.path.join(exp_dir, key))
   for key, seed, config, pre_config in runs:
     seed = seed if seeds else None   # one seed: the single-run layout
     record = train_experiment_model(exp, key, config, exp_dir, options, seed, pre_config)

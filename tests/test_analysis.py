@@ -233,3 +233,14 @@ def test_curves_launcher_draws_steps_and_time(tmp_path):
   values(["curves", f"--workdirs={dirs[0]}", "--metric=eval_loss", f"--out={out}"])
   with pytest.raises(SystemExit, match="records no 'eval_loss'"):
     launch_curves.run(values)
+  # Two workdirs of one name (<models>/qa1): one curve replaced the other; now an error.
+  for d in ("x/qa1", "y/qa1"):
+    (tmp_path / d).mkdir(parents=True)
+    (tmp_path / d / "metrics.jsonl").write_text((tmp_path / "a" / "metrics.jsonl").read_text())
+  values = flags.FlagValues()
+  launch_curves.define_flags(values)
+  values(["curves", f"--workdirs={tmp_path / 'x/qa1'},{tmp_path / 'y/qa1'}",
+          "--metric=eval_ppl", f"--out={tmp_path / 'two.png'}"])
+  with pytest.raises(SystemExit, match=r"the label\(s\) \['qa1'\] name several workdirs"):
+    launch_curves.run(values)
+  assert not (tmp_path / "two.png").exists()

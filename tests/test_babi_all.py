@@ -334,3 +334,17 @@ def test_paper_per_task_numbers():
   assert babi_configs.paper_per_task("word", "lstm", 0, False) == "lstm"
   assert babi_configs.paper_per_task("word", "rum", 1, False) is None
   assert babi_configs.paper_per_task("sentence", "rum", 0, False) is None
+
+
+def test_table_shows_a_sub_task_without_an_evaluation_as_a_dash():
+  """A sub-task preempted before its first evaluation: '-', not 0.0% (the mean leaves it
+  out)."""
+  rows = {1: {"version": "en-10k", "best_dev_accuracy": 0.9, "test_accuracy": 0.88,
+              "steps": 2820, "best_step": 2538, "wall_seconds": 120.0, "stop_reason": "ok"},
+          2: {"version": "en-10k", "best_dev_accuracy": None, "test_accuracy": None,
+              "steps": 150, "best_step": None, "wall_seconds": 30.0,
+              "stop_reason": "preempted"}}
+  lines = babi_configs.format_table(rows, "header").splitlines()
+  row = next(line for line in lines if line.startswith("2 "))
+  assert row.split()[4:6] == ["-", "-"] and "0.0" not in row
+  assert "mean test accuracy over 1 sub-task(s): 88.0%" in "\n".join(lines)

@@ -438,6 +438,17 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
   assert r["runs"]["6"]["config"]["seed"] == 6
   assert os.path.exists(os.path.join(single, "seed6", "result.json"))
   assert not os.path.exists(os.path.join(single, "seed5"))
+  # One seed again (5, or 6): refused before anything trains or results.json loses the
+  # means (seed 6 was trained again into gru/ and the table lost its n and ±).
+  results = _lines(os.path.join(root, "recall_T30", "results.json"))
+  for seed in (5, 6):
+    with pytest.raises(training.WorkdirError, match=r"holds the runs of seeds 5, 6 .*"
+                       r"pass --seeds=5,6 again"):
+      experiments.run_experiment(exp, root, ["gru"], dataclasses.replace(options, seeds=None,
+                                                                         seed=seed),
+                                 log=lambda _: None)
+  assert _lines(os.path.join(root, "recall_T30", "results.json")) == results
+  assert _lines(os.path.join(single, "metrics.jsonl")) == before
 
 
 def test_eval_history_reads_the_periodic_evaluations(tmp_path):
@@ -766,3 +777,30 @@ def test_finished_ignores_where_the_data_is_but_not_what_the_run_is(tmp_path):
   other = config.copy_and_resolve_references()
   other.learning_rate = 1e-2
   assert experiments.finished(other, str(tmp_path)) is None
+
+
+@pytest.mark.slow   # ~10 s: two phases, twice
+def test_fine_tuning_keeps_the_budget_cut_pretraining_it_started_from(tmp_path, monkeypatch):
+  """--budget_minutes cuts the pretraining short and the model fine-tunes from it; a later
+  invocation (no budget) finishes the fine-tuning without resuming the pretraining, and
+  the record keeps that pretraining (it reported the completed one). The budget's clock
+  is a counter (one second per reading), so the stops are deterministic."""
+  ticks, budget = iter(range(10**6)), training.TimeBudget
+  monkeypatch.setattr(experiments.training, "TimeBudget",
+                      lambda seconds: budget(seconds, clock=lambda: float(next(ticks))))
+  exp = experiments.Experiment(
+      name="pre", task=recall_configs.recall_task.TASK, variant="T30",
+      models={"gru": ("GRU", {"model.cell": "gru"})}, tiny=recall_configs.TINY,
+      pretraining=experiments.Pretraining("T30", {"gru": {}}))
+  options = dict(tiny=True, steps=6, pretrain_steps=6, eval_every=3, log_every=1)
+  first = experiments.run_experiment(exp, str(tmp_path), options=experiments.Options(
+      budget_minutes=2.5 / 60, **options), log=lambda _: None)["models"]["gru"]
+  assert first["pretrain"]["status"] == "budget" and first["pretrain"]["steps"] < 6
+  assert first["status"] == "budget"
+  pre_dir = tmp_path / "pre" / "gru" / "pretrain"
+  before = _lines(str(pre_dir / "metrics.jsonl"))
+  second = experiments.run_experiment(exp, str(tmp_path), options=experiments.Options(
+      **options), log=lambda _: None)["models"]["gru"]
+  assert second["status"] == "ok" and second["steps"] == 6
+  assert second["pretrain"] == first["pretrain"]
+  assert _lines(str(pre_dir / "metrics.jsonl")) == before

@@ -341,8 +341,8 @@ def format_table(rows: dict, header: str, table2_mean: Optional[float] = None,
       lines.append(f"{name:<32} {'-':>6} {'-':>6} {PAPER_RUM_WORD[k]:>7.1f}  missing data "
                    "(skipped; the error is in the results JSON)")
       continue
-    dev, test = r.get("best_dev_accuracy") or 0, r.get("test_accuracy") or 0
-    lines.append(f"{name:<32} {100 * dev:>6.1f} {100 * test:>6.1f} "
+    pct = lambda v: f"{'-':>6}" if v is None else f"{100 * v:>6.1f}"   # - : not evaluated
+    lines.append(f"{name:<32} {pct(r.get('best_dev_accuracy'))} {pct(r.get('test_accuracy'))} "
                  f"{PAPER_RUM_WORD[k]:>7.1f} {r['steps']:>6} {r['best_step'] or 0:>6} "
                  f"{r['wall_seconds'] / 60:>6.1f}  {r['stop_reason']}")
   if done:
