@@ -6,7 +6,10 @@ Batch determinism: the global batch of step ``i`` holds the examples
 ``perm_e = np.random.default_rng([seed, e]).permutation(N)``: a fresh shuffle of the
 fixed training set every epoch, a function of ``(seed, i)`` only. Process ``p`` of
 ``P`` gets rows ``[p B/P, (p + 1) B/P)`` of that global batch, so 1 or N processes
-train on the same global batches.
+train on the same global batches. Every process makes the whole global batch and keeps
+its rows (:func:`_process_part`): a batch maker that pads to the longest row's bucket
+then pads every process's part to the same width, as ``jax.make_array_from_process_local_data``
+needs (padding each part to its own longest row gave the processes different shapes).
 """
 
 import math
@@ -32,14 +35,24 @@ def process_rows(batch_size: int, process_index: int, process_count: int) -> sli
   return slice(process_index * per, (process_index + 1) * per)
 
 
+def _process_part(batch: Batch, rows: slice, size: int) -> Batch:
+  """This process's ``rows`` of a global batch of ``size`` rows (every entry's first
+  axis)."""
+  wrong = {k: np.shape(v) for k, v in batch.items() if np.ndim(v) == 0 or len(v) != size}
+  if wrong:
+    raise ValueError(f"the batch maker's entries {wrong} do not have the batch's {size} "
+                     "rows first.")
+  return {k: v[rows] for k, v in batch.items()}
+
+
 # ------------------------------------------------------------------------ iterators
 
 
 class ShuffledBatches:
   """Deterministic, resumable iterator over epoch-shuffled batches of a fixed data set.
 
-  Yields ``make_batch(indices)`` where ``indices`` <int>[batch_size / process_count]
-  are this process's rows of the global batch of the current step (see the module
+  Yields this process's rows of ``make_batch(indices)``, where ``indices``
+  <int>[batch_size] are the global batch of the current step (see the module
   docstring); every batch also has ``"mask"`` <float32>[rows] of ones, so train and
   eval batches have the same structure. With ``pass_epochs=True`` it calls
   ``make_batch(indices, epochs)`` with each row's epoch <int>[rows] as well (e.g. for
@@ -71,14 +84,19 @@ class ShuffledBatches:
           self.num_examples)
     return self._perms[epoch]
 
-  def epochs(self, step: int) -> np.ndarray:
-    """The epoch <int64>[rows] of each of this process's rows of the batch of ``step``."""
-    k = step * self.batch_size + np.arange(self.rows.start, self.rows.stop)
-    return k // self.num_examples
+  def _positions(self, step: int, all_rows: bool) -> np.ndarray:
+    rows = slice(0, self.batch_size) if all_rows else self.rows
+    return step * self.batch_size + np.arange(rows.start, rows.stop)
 
-  def indices(self, step: int) -> np.ndarray:
-    """This process's example indices <int64>[rows] for the global batch of ``step``."""
-    k = step * self.batch_size + np.arange(self.rows.start, self.rows.stop)
+  def epochs(self, step: int, all_rows: bool = False) -> np.ndarray:
+    """The epoch <int64>[rows] of each of this process's rows of the batch of ``step``
+    (``all_rows``: of every row of the global batch)."""
+    return self._positions(step, all_rows) // self.num_examples
+
+  def indices(self, step: int, all_rows: bool = False) -> np.ndarray:
+    """This process's example indices <int64>[rows] for the global batch of ``step``
+    (``all_rows``: the whole global batch's)."""
+    k = self._positions(step, all_rows)
     epochs, pos = np.divmod(k, self.num_examples)
     out = np.empty_like(k)
     for e in np.unique(epochs):
@@ -90,11 +108,11 @@ class ShuffledBatches:
     return self
 
   def __next__(self) -> Batch:
-    idx, epochs = self.indices(self.step), self.epochs(self.step)
+    idx, epochs = self.indices(self.step, True), self.epochs(self.step, True)
     self.step += 1
     batch = self.make_batch(idx, epochs) if self.pass_epochs else self.make_batch(idx)
     batch["mask"] = np.ones((len(idx),), np.float32)
-    return batch
+    return _process_part(batch, self.rows, self.batch_size)
 
   def get_state(self) -> dict:
     """JSON-able position: the next step, plus what the sequence depends on."""
@@ -121,18 +139,19 @@ def eval_batches(num_examples: int, make_batch: Callable[[np.ndarray], Batch], *
 
   The last batch is padded to ``batch_size`` rows with copies of example 0 whose
   ``"mask"`` is 0, so metrics weighted by the mask ignore them. Each process gets its
-  rows of each global batch.
+  rows of each global batch (made whole, so that every process's part has the same
+  padded width).
   """
   rows = process_rows(batch_size, process_index, process_count)
   count = math.ceil(num_examples / batch_size)
   if max_batches:
     count = min(count, max_batches)
   for b in range(count):
-    k = b * batch_size + np.arange(rows.start, rows.stop)
+    k = b * batch_size + np.arange(batch_size)
     valid = k < num_examples
     batch = make_batch(np.where(valid, k, 0))
     batch["mask"] = valid.astype(np.float32)
-    yield batch
+    yield _process_part(batch, rows, batch_size)
 
 
 # -------------------------------------------------------------------------- padding
