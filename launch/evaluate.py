@@ -7,6 +7,8 @@ r"""Evaluates a checkpoint with the evaluators of its config (no training, nothi
 
 The config is the task's default (``--task``, ``--variant``) updated with the run's
 ``<workdir>/config.json`` (written by ``launch.train``), then ``--config.FIELD=VALUE``.
+Each evaluator reads the batches of its final run: ``batches_at_end`` where its entry
+sets it (the small PTB setting's ``eval``: 0, the whole split), else ``batches``.
 Prints one JSON line: the step and every evaluator's metrics.
 """
 
