@@ -209,3 +209,18 @@ def test_task_registry():
     tasks.get_task("x")
   with pytest.raises(ValueError, match="did you mean 'copying'"):
     tasks.get_task("copyng")
+
+
+def test_the_plateau_rule_with_a_urnn_is_refused_before_training(tmp_path):
+  """lr_plateau_factor < 1 would not reach the uRNN's orthogonal matrix (its Cayley steps
+  take the schedule's rate): a one-line error before any step, no workdir left."""
+  from rumjax import training
+  c = small_config(num_steps=2)
+  c.model.cell = "urnn"
+  c.update(lr_plateau_factor=0.5, lr_plateau_metric="eval_loss")
+  with pytest.raises(ValueError, match=r"^config.lr_plateau_factor=0.5 would not reach the "
+                     r"uRNN's orthogonal matrix \(\[.*recurrent_orthogonal"):
+    training.train_and_evaluate(c, str(tmp_path / "run"), copying.TASK)
+  assert not (tmp_path / "run").exists()
+  c.lr_plateau_factor = 1.0
+  assert training.train_and_evaluate(c, str(tmp_path / "run"), copying.TASK)["step"] == 2

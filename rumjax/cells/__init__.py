@@ -15,7 +15,8 @@ from rumjax.cells.fwln import FWLNCell
 from rumjax.cells.goru import GORUCell
 from rumjax.cells.lnlstm import LNLSTMCell
 from rumjax.cells.rum import RUM, RUMCell, keep_lam_nonnegative, supports_scan
-from rumjax.cells.urnn import URNNCell, make_urnn_optimizer, stiefel_cayley
+from rumjax.cells.urnn import (URNNCell, make_urnn_optimizer, stiefel_cayley,
+                               stiefel_labels)
 # Composite cells (built from cells, so not registered by name; config builders instead).
 from rumjax.cells.stacked import StackedCells, stacked_from_config
 from rumjax.cells.fast_slow import FastSlowCell, fast_slow_from_config
@@ -26,4 +27,4 @@ __all__ = ["CELLS", "DTYPES", "EURNNCell", "FWLNCell", "FastSlowCell", "GORUCell
            "eunn_matrix", "eunn_num_angles", "fast_slow_from_config", "get_cell_class",
            "keep_lam_nonnegative", "make_cell", "make_urnn_optimizer", "modrelu", "optimizer_wrappers", "precise",
            "register_cell", "register_optimizer_wrapper", "resolve_dtype", "stacked_from_config",
-           "stiefel_cayley", "supports_scan", "zoneout"]
+           "stiefel_cayley", "stiefel_labels", "supports_scan", "zoneout"]

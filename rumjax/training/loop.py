@@ -164,6 +164,7 @@ def _init_state(config, task, model, tx, sample_batch, mesh,
   if init_from and config.get("init_from"):
     params = checkpoint_lib.restore_params(config.init_from, params)
     logging.info("Initialised parameters from %s.", config.init_from)
+  optim.check_plateau_reaches(config, params)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=jax.random.key_data(base_key), model_state=model_state)
 

@@ -18,7 +18,8 @@ Config fields (:func:`validate_config` checks them all, naming the field):
   ``lr_plateau_patience``, ``lr_plateau_min_delta``: multiply the learning rate by the
   factor whenever the evaluator metric (e.g. ``eval_ppl``) has not improved for
   ``patience`` evaluations (the LSTMN paper's word-level PTB: x0.85 when the validation
-  perplexity stops improving). The scale and its bookkeeping live in the optimizer state
+  perplexity stops improving; refused with a uRNN cell, :func:`check_plateau_reaches`).
+  The scale and its bookkeeping live in the optimizer state
   (:class:`PlateauState`, so checkpoints resume it exactly); the loop reports each
   evaluation through :func:`report_plateau`.
 
@@ -267,6 +268,23 @@ def make_schedule(config: Config) -> optax.Schedule:
   ramp = optax.linear_schedule(1.0 / warmup, 1.0, warmup - 1) if warmup > 1 else (
       optax.constant_schedule(1.0))
   return lambda step: schedule(step) * ramp(step)
+
+
+def check_plateau_reaches(config: Config, params) -> None:
+  """One-line ``ValueError`` if the plateau rule is on (``lr_plateau_factor`` < 1) and
+  ``params`` hold a uRNN's orthogonal matrix: its Cayley steps (the cell's optimizer
+  wrapper) take the schedule's rate and never the plateau scale."""
+  factor = config.get("lr_plateau_factor", 1.0)
+  if factor >= 1:
+    return
+  labels = cells_lib.stiefel_labels(params)   # the one wrapper that steps its own leaves
+  stiefel = [jax.tree_util.keystr(path) for path, label in
+             jax.tree_util.tree_leaves_with_path(labels) if label == "stiefel"]
+  if stiefel:
+    raise ValueError(f"config.lr_plateau_factor={factor:g} would not reach the uRNN's "
+                     f"orthogonal matrix ({stiefel[0]}: its Cayley steps take the "
+                     "schedule's rate); leave it at 1.0 with a uRNN cell, or lower the rate "
+                     "with lr_boundaries / lr_values.")
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
