@@ -294,9 +294,10 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
       fresh.update(cache[ev.name][1])
     record.update(cache[ev.name][1])
   if record:
-    record.update(scalar_params(state.params))
+    params = scalar_params(state.params)
+    record.update(params)
     if fresh:   # what ran at this step already is in metrics.jsonl once
-      writer.write(step, {**fresh, **scalar_params(state.params)})
+      writer.write(step, {**fresh, **params})
     logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
     if not final:
       state = hooks_lib.call_after_eval(hooks_, step, state, record, ctx)
@@ -499,8 +500,9 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     hooks = [*hooks, *_config_hooks(config, evals)]
 
     def save(directory, at_step, at_state):
-      if directory == workdir:
-        checkpointer.save(at_step, at_state, train_iter.get_state())
+      if directory == workdir:   # with the training metrics since the last record
+        checkpointer.save(at_step, at_state, train_iter.get_state(),
+                          window={"totals": metrics_lib.totals_to_json(totals)})
         return
       best = checkpoint_lib.Checkpointer(directory, keep=1)
       try:
@@ -517,7 +519,7 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       done = finished_record(workdir, step, evals)
       if done is not None:
         reason = "finished" if step >= num_steps else ctx.stop_reason
-        how = "finished" if step >= num_steps else f"stopped ({reason})"
+        how = reason if reason == "finished" else f"stopped ({reason})"
         logging.warning("%s: the run %s at step %d already (its final evaluation is in "
                         "metrics.jsonl); nothing to do, nothing written.", workdir, how, step)
         summary = {**done, "step": step, "preempted": False, "stop_reason": reason}
@@ -538,10 +540,6 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     # so that a resumed run writes the records of an uninterrupted one) and the steps and
     # time of this invocation among them (for ``steps_per_sec``).
     window_start, window_steps, cache = time.perf_counter(), 0, {}
-
-    def save_checkpoint(step):
-      checkpointer.save(step, state, train_iter.get_state(),
-                        window={"totals": metrics_lib.totals_to_json(totals)})
 
     def write_window(step):
       """Writes the training metrics of the steps since the last such record."""
@@ -583,12 +581,12 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       _, state = _run_evals(evals, state, step, writer, hooks, ctx, final=False,
                             cache=cache)
       if checkpointer.should_save(step):
-        save_checkpoint(step)
+        save(workdir, step, state)
     if window_steps:   # stopped between two records: the steps since the last one
       write_window(step)
       totals = None
     if step != ctx.start_step:   # else it is saved already, or is the initial state
-      save_checkpoint(step)
+      save(workdir, step, state)
     progress.close()
     summary["step"] = step
     summary["stop_reason"] = ctx.stop_reason or "num_steps"
