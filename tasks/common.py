@@ -135,7 +135,10 @@ def add_precision(model: ml_collections.ConfigDict) -> ml_collections.ConfigDict
 def eval_entry(split: str, every, batches: int = 0, *, type: str = "loss",
                **options) -> dict:
   """One ``config.evals`` entry (``every`` may be a reference to ``config.eval_every``);
-  :func:`rumjax.evaluators.eval_entry` with a task's usual argument order."""
+  :func:`rumjax.evaluators.eval_entry` with a task's usual argument order. Every entry has
+  ``batches_at_end`` (an int placeholder, ``None`` = ``batches``), so that a run saved with
+  it set loads into any variant's config and the command line can set it."""
+  options.setdefault("batches_at_end", config_dict.placeholder(int))
   return evaluators.eval_entry(type, split, every=every, batches=batches, **options)
 
 

@@ -67,6 +67,28 @@ def test_registry_and_config_checks():
       evaluators.validate_evals(evals, predict_names=["metrics"], splits=["dev"])
 
 
+def test_every_task_entry_has_batches_at_end_so_a_saved_run_loads_into_any_variant(tmp_path):
+  """A run saved with ``batches_at_end`` set (the small PTB setting) loaded into another
+  variant's config failed ("not a field of this task's config"): every task's entries carry
+  the field, ``None`` (= ``batches``) unless set."""
+  import tasks
+  from rumjax import configs
+  for name in tasks.task_names():
+    task = tasks.get_task(name)
+    for variant in (None, *task.variants):
+      config = task.get_config(variant)
+      for key, entry in config.evals.items():
+        assert "batches_at_end" in entry, (name, variant, key)
+        configs.set_fields(config, {f"evals.{key}.batches_at_end": 3})
+        assert config.evals[key].batches_at_end == 3
+  for variant in tasks.get_task("ptb").variants:
+    saved = json.loads(tasks.get_task("ptb").get_config(variant).to_json())
+    saved["evals"]["eval"]["batches_at_end"] = 5
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    _, config = configs.load_workdir_config(str(tmp_path), tasks.get_task)
+    assert config.evals.eval.batches_at_end == 5
+
+
 def test_loss_evaluator_sums_like_numpy_and_caps_batches():
   params = jnp.asarray(np.random.default_rng(1).normal(size=(3, 3)), jnp.float32)
   batches = _batches()
