@@ -184,15 +184,10 @@ def validate_common(config: Mapping[str, Any], splits=None) -> None:
     precision.check_model_precision(config["model"])
 
 
-def validate_cell_model(model: Mapping[str, Any]) -> None:
-  """Checks the fields of :func:`cell_model_config`; ``ValueError`` names the field."""
-  if model["name"] not in models.MODELS:
-    raise ValueError("config.model.name: " + registry.unknown_name_message(
-        "model", model["name"], models.MODELS.names()))
-  if model["cell"] not in cell_names():
-    raise ValueError("config.model.cell: " + registry.unknown_name_message(
-        "cell", model["cell"], cell_names()))
-  check_int(model, "hidden_size", 1, "config.model")
+def check_rum_fields(model: Mapping[str, Any],
+                     bools: tuple = ("update_gate", "learn_lam")) -> None:
+  """Checks a model config's RUM fields (``lam``, ``eta``, ``activation`` and the flags
+  ``bools``); ``ValueError`` names the field."""
   try:
     rum_lib.check_lam(model["lam"])
   except ValueError as e:
@@ -204,9 +199,21 @@ def validate_cell_model(model: Mapping[str, Any]) -> None:
   if model["activation"] not in rum_lib.ACTIVATIONS:
     raise ValueError(f"config.model.activation={model['activation']!r} is unknown; accepted "
                      f"names are {sorted(rum_lib.ACTIVATIONS)}.")
-  for field in ("update_gate", "layer_norm", "learn_lam"):
+  for field in bools:
     if not isinstance(model[field], bool):
       raise ValueError(f"config.model.{field}={model[field]!r} must be True or False.")
+
+
+def validate_cell_model(model: Mapping[str, Any]) -> None:
+  """Checks the fields of :func:`cell_model_config`; ``ValueError`` names the field."""
+  if model["name"] not in models.MODELS:
+    raise ValueError("config.model.name: " + registry.unknown_name_message(
+        "model", model["name"], models.MODELS.names()))
+  if model["cell"] not in cell_names():
+    raise ValueError("config.model.cell: " + registry.unknown_name_message(
+        "cell", model["cell"], cell_names()))
+  check_int(model, "hidden_size", 1, "config.model")
+  check_rum_fields(model, bools=("update_gate", "layer_norm", "learn_lam"))
   if not _is_number(model["zoneout"]) or not 0 <= model["zoneout"] < 1:
     raise ValueError(f"config.model.zoneout={model['zoneout']!r} must be in [0, 1).")
   if model.get("embed_dim") is not None:

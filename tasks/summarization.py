@@ -107,6 +107,9 @@ def validate_fields(config) -> None:
     if m[field] not in cell_names():
       raise ValueError(f"config.model.{field}={m[field]!r} is not a registered cell; known: "
                        f"{cell_names()}.")
+  for field in ("embed_dim", "hidden_size"):
+    common.check_int(m, field, 1, "config.model")
+  common.check_rum_fields(m, bools=("pointer", "coverage", "update_gate", "learn_lam"))
 
 
 # ----------------------------------------------------------------------------- data

@@ -81,7 +81,11 @@ def test_every_task_entry_has_batches_at_end_so_a_saved_run_loads_into_any_varia
         assert "batches_at_end" in entry, (name, variant, key)
         configs.set_fields(config, {f"evals.{key}.batches_at_end": 3})
         assert config.evals[key].batches_at_end == 3
+  # The small PTB setting reads the whole valid stream at the end; the variants' final run
+  # reads what an experiment lets them read while training (char_ptb: 20 windows).
+  assert tasks.get_task("ptb").get_config().evals.eval.batches_at_end == 0
   for variant in tasks.get_task("ptb").variants:
+    assert tasks.get_task("ptb").get_config(variant).evals.eval.batches_at_end is None
     saved = json.loads(tasks.get_task("ptb").get_config(variant).to_json())
     saved["evals"]["eval"]["batches_at_end"] = 5
     (tmp_path / "config.json").write_text(json.dumps(saved))

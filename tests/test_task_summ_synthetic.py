@@ -102,7 +102,13 @@ def test_config_errors():
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
                               ("cov_loss_wt", -1.0, "cov_loss_wt"),
                               ("difficulty", "medium", "difficulty='medium' must be one of"),
-                              ("model.decoder_cell", "lstmx", "not a registered cell")]:
+                              ("model.decoder_cell", "lstmx", "not a registered cell"),
+                              # these reached the model build (after the data) or, for
+                              # embed_dim=0, a ZeroDivisionError in an initializer
+                              ("model.embed_dim", 0, r"^config.model.embed_dim=0 must be"),
+                              ("model.hidden_size", 0, r"^config.model.hidden_size=0 must"),
+                              ("model.lam", -1.0, r"^config.model.lam: "),
+                              ("model.activation", "bogus", r"^config.model.activation=")]:
     c = task.get_config()
     c.update_from_flattened_dict({field: value})
     with pytest.raises(ValueError, match=match):

@@ -25,8 +25,10 @@ NAMES = ("afqmc", "tnews", "cmnli")
 # both: --config.learning_rate=1e-4). Without a variant: fine-tuning at 1e-4 ("1e-4 in
 # fine-tuning").
 VARIANTS = {"mlm": dict(objective="mlm", learning_rate=1e-3)}
-# Per task: the paper's training examples and the pretraining corpus (train + dev + test),
-# for the steps of one epoch (the launcher's --steps recomputes them from the data).
+# Per task: the paper's training examples and the pretraining corpus (train + dev + test;
+# TNEWS: train + dev, as the local data has no test file, ../shared/data/README.md; with
+# the official test file it is 73,360), for the steps of one epoch (the launcher's --steps
+# recomputes them from the data).
 NUM_TRAIN = {"afqmc": 34_334, "tnews": 53_360, "cmnli": 391_782}
 NUM_CORPUS = {"afqmc": 42_511, "tnews": 63_360, "cmnli": 418_088}
 EPOCHS = 10

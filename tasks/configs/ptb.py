@@ -159,9 +159,12 @@ def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   # Valid every eval_every steps (its first 50 windows in the small setting) and at the
   # end, test at the end; both whole streams at the end, with the state carried (bpc, ppl).
   during = SMALL_VALID_WINDOWS if variant is None else 0
+  # The small setting reads the whole valid stream at the end; a variant's final run reads
+  # what it reads while training (all of it, unless an experiment limits ``batches``).
+  at_end = {"batches_at_end": 0} if during else {}
   c.evals.eval = common.eval_entry("valid", c.get_ref("eval_every"), during,
                                    type="perplexity", batch_size=c.get_ref("eval_batch_size"),
-                                   batches_at_end=0)
+                                   **at_end)
   c.evals.test = common.eval_entry("test", 0, type="perplexity",
                                    batch_size=c.get_ref("eval_batch_size"))
   return c
