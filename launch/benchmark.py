@@ -97,7 +97,6 @@ The measurements live in ``rumjax.benchmarks`` (one module per table); this file
 flags, runs them and prints.
 """
 
-import json
 import os
 import sys
 
@@ -108,7 +107,7 @@ import launch
 
 from rumjax.benchmarks import cells, decoding, encoders, lm, timing, torch_anchor
 from rumjax.cells.base import DTYPES, resolve_dtype
-from rumjax import sharding
+from rumjax import sharding, utils
 from tasks import ptb
 
 FLAGS = flags.FLAGS
@@ -167,6 +166,9 @@ def main(argv):
   del argv
   launch.check_outputs(launch.output_problem("output", FLAGS.output))
   try:
+    for name in ("repeats", "matmul_size"):
+      if FLAGS[name].value < 1:
+        raise ValueError(f"--{name}={FLAGS[name].value} must be >= 1.")
     resolve_dtype(FLAGS.dtype)
     if FLAGS.decoding:                         # the arguments first, then minutes of timing
       decoding.parse_decode_shape(FLAGS.decode_shape)
@@ -189,8 +191,7 @@ def save(results):
   """Writes the results so far to ``--output`` (after each shape too: a run stopped at a
   time limit keeps the shapes it finished)."""
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(results, f, indent=1)
+    utils.write_json(FLAGS.output, results)
 
 
 def run():

@@ -36,7 +36,10 @@ FLAGS = flags.FLAGS
 def define_config_flag(argv) -> None:
   """``--config``: the task's default config updated with the run's saved config."""
   workdir = configs.argv_value(argv, "workdir") or ""
-  saved = utils.read_json(os.path.join(workdir, "config.json"), {})
+  try:
+    saved = utils.read_json(os.path.join(workdir, "config.json"), {})
+  except ValueError as err:
+    sys.exit(f"error: {err}")
   name = configs.argv_value(argv, "task") or saved.get("task")
   if not name:
     if launch.help_requested(argv) is not None:

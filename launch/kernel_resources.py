@@ -29,6 +29,9 @@ def main(argv):
   del argv
   rows = []
   try:
+    if FLAGS.capability < 70:   # below, Triton's LLVM aborts the interpreter
+      raise ValueError(f"--capability={FLAGS.capability}: give a CUDA compute capability "
+                       "of 70 or above, e.g. 80 (A100) or 90 (H100, H200).")
     for name in FLAGS.shapes:
       shape = cells.parse_shape(name)
       for cand in FLAGS.candidates:

@@ -52,8 +52,8 @@ def main(argv):
     out = FLAGS.out_dir
     if out and len(dirs) > 1:
       out = os.path.join(out, os.path.basename(d))
-    task = tasks.get_task(plotting.load_config(d)["task"])
     try:
+      task = tasks.get_task(plotting.load_config(d)["task"])
       for p in plotting.plot_rum_model(d, out, FLAGS.params, FLAGS.step, task=task):
         print(p)
       if FLAGS.kernels:

@@ -122,6 +122,8 @@ def main(argv):
   del argv
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
+  if not FLAGS.experiment:
+    sys.exit(f"error: --experiment is empty; name one or more of {sorted(EXPERIMENTS)}.")
   unknown = [e for e in FLAGS.experiment if e not in EXPERIMENTS]
   if unknown:
     sys.exit(f"error: unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}.")

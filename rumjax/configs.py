@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any, Callable, Iterable, Mapping
 
+from rumjax import utils
 
 
 def field_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -100,8 +101,9 @@ def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     raise ValueError(f"no {path!r}: {workdir!r} is not a training workdir.")
-  with open(path) as f:
-    saved = json.load(f)
+  saved = utils.read_json(path)
+  if not isinstance(saved, dict) or "task" not in saved:
+    raise ValueError(f"{path} has no 'task': it is not a training run's config.json.")
   task = get_task(saved["task"])
   config = task.get_config(saved.get("variant"))
   update_from_dict(config, saved)

@@ -15,8 +15,10 @@ def write_text(path: str, text: str) -> None:
   """Writes ``text`` (UTF-8) to ``path`` atomically: a temporary file of a name unique to
   this writer in the same folder, then a rename. A crash never leaves half a file, and two
   processes writing the same file (e.g. two ``launch.reproduce --models=...`` in one
-  workdir) leave one whole version, never a mix."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+  workdir) leave one whole version, never a mix. Missing folders are created."""
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder,
                              prefix=os.path.basename(path) + ".", suffix=".tmp")
   try:
     with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
@@ -42,20 +44,41 @@ def write_jsonl(path: str, rows) -> None:
                            for row in rows))
 
 
+def _not_json(path: str, err: json.JSONDecodeError, line: int = 0) -> ValueError:
+  where = f"line {line}: " if line else ""
+  return ValueError(f"{path} is not valid JSON ({where}{err}): was it cut short or edited "
+                    "by hand? Restore it from a copy.")
+
+
 def read_json(path: str, default: Any = None) -> Any:
-  """The JSON content of ``path``, or ``default`` if the file does not exist."""
+  """The JSON content of ``path``, or ``default`` if the file does not exist.
+
+  Raises:
+    ValueError: one line naming the file if it is not valid JSON.
+  """
   if not os.path.exists(path):
     return default
   with open(path) as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as err:
+      raise _not_json(path, err) from None
 
 
 def read_jsonl(path: str) -> list[dict]:
-  """The records of a ``.jsonl`` file (``[]`` if it does not exist)."""
+  """The records of a ``.jsonl`` file (``[]`` if it does not exist); ``ValueError`` (one
+  line, naming the file and line) for a line that is not JSON."""
   if not os.path.exists(path):
     return []
+  rows = []
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    for number, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+          raise _not_json(path, err, number) from None
+  return rows
 
 
 def count_params(tree: Any) -> int:

@@ -230,7 +230,8 @@ def test_curves_launcher_draws_steps_and_time(tmp_path):
   assert record["curves"]["B"]["seconds"] == [2.5, 5.0]
   values = flags.FlagValues()
   launch_curves.define_flags(values)
-  values(["curves", f"--workdirs={dirs[0]}", "--metric=eval_loss", f"--out={out}"])
+  values(["curves", f"--workdirs={dirs[0]}", "--metric=eval_loss", f"--out={out}",
+          "--overwrite"])
   with pytest.raises(SystemExit, match="records no 'eval_loss'"):
     launch_curves.run(values)
   # Two workdirs of one name (<models>/qa1): one curve replaced the other; now an error.
@@ -244,3 +245,16 @@ def test_curves_launcher_draws_steps_and_time(tmp_path):
   with pytest.raises(SystemExit, match=r"the label\(s\) \['qa1'\] name several workdirs"):
     launch_curves.run(values)
   assert not (tmp_path / "two.png").exists()
+
+
+def test_load_params_of_a_missing_or_foreign_file_is_a_one_line_error(tmp_path):
+  """launch.plot --params=missing.npz said 'no checkpoint found' (steps there: []); a file
+  that is not a .npz got numpy's pickle message."""
+  from rumjax import analysis
+  with pytest.raises(ValueError, match=r"^no parameter file '.*missing\.npz'\.$"):
+    analysis.load_params(str(tmp_path / "missing.npz"))
+  (tmp_path / "notes.txt").write_text("hello")
+  with pytest.raises(ValueError, match=r"notes\.txt' is not a \.npz of parameters"):
+    analysis.load_params(str(tmp_path / "notes.txt"))
+  np.savez(tmp_path / "p.npz", **{"rnn/cell/b": np.ones(2)})
+  assert analysis.load_params(str(tmp_path / "p.npz"))[0] is None

@@ -362,6 +362,28 @@ def test_the_command_reports_bad_input_in_one_line_before_timing(args, message):
   assert "peak f32 matmul" not in proc.stdout                 # nothing ran
 
 
+@pytest.mark.parametrize("flag", ["--repeats=0", "--matmul_size=0"])
+def test_nonpositive_repeats_or_matmul_size_is_a_one_line_error_before_timing(flag):
+  """--matmul_size=0 was a ZeroDivisionError; --repeats=0 failed after the peak matmul."""
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--matmul_size=8",
+                         "--repeats=1", "--cpu_devices=1", flag], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == f"error: {flag} must be >= 1."
+  assert "peak f32 matmul" not in proc.stdout
+
+
+def test_output_in_a_missing_folder_is_created(tmp_path):
+  """--output in a folder that did not exist failed after the first shape was timed."""
+  out = tmp_path / "new" / "sub" / "bench.json"
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--shapes=2x3x2x4",
+                         "--candidates=gru", "--matmul_size=8", "--repeats=1",
+                         "--cpu_devices=1", f"--output={out}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "2x3x2x4" in json.loads(out.read_text())["shapes"]
+
+
 def test_check_candidates_accepts_every_listed_form():
   cells.check_candidates(cells.DEFAULT_CANDIDATES)
   cells.check_candidates(["rum1_kernel_r32_w8", "rum0_kernel_r0", "rum1:dp", "torch_lstm",

@@ -50,3 +50,14 @@ def test_launch_prints_the_resources_of_both_kernels():
   for l in lines:
     registers, spill_stores, spill_loads, barriers = map(int, l[4:8])
     assert 0 < registers <= 255 and spill_stores >= 0 and barriers > 0
+
+
+def test_a_capability_below_70_is_a_one_line_error():
+  """--capability=0 aborted the interpreter inside Triton's LLVM (rc 134)."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "launch.kernel_resources", "--capability=0"],
+                        cwd=repo, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: --capability=0: give a CUDA compute capability of 70 or above, e.g. 80 (A100) "
+      "or 90 (H100, H200).")

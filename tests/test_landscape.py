@@ -271,3 +271,11 @@ def test_launch_errors_name_the_path(workdirs, tmp_path):
   with pytest.raises(SystemExit, match="is a 'goru' run; expected a 'rum' run"):
     _run([f"--rum_workdir={workdirs['goru']}", f"--goru_workdir={workdirs['goru']}",
           f"--out_dir={tmp_path}"])
+  # --points=0 wrote an empty figure; the sizes are checked before any run is read.
+  for flag, message in [("--points=1", r"^error: points=1 must be an integer >= 2\.$"),
+                        ("--grid=0", r"^error: grid=0 must be an integer >= 2\.$"),
+                        ("--span=0", r"^error: span=0\.0 must be > 0\.$")]:
+    with pytest.raises(SystemExit, match=message):
+      _run([f"--rum_workdir={missing}", f"--goru_workdir={workdirs['goru']}",
+            f"--out_dir={tmp_path / 'never'}", flag])
+  assert not (tmp_path / "never").exists()

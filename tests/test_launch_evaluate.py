@@ -81,3 +81,15 @@ def test_evaluation_reads_a_workdir_in_use_and_writes_nothing(run):
   assert "test_accuracy" in json.loads(proc.stdout.strip().splitlines()[-1])
   assert {k: v for k, v in holding.items() if k != "run.lock"} == {
       k: v for k, v in before.items() if k != "run.lock"}
+
+
+def test_a_cut_short_config_is_one_line_naming_the_file(run, tmp_path):
+  """A truncated config.json gave json's traceback (launch.evaluate read it outside its
+  try)."""
+  shutil.copytree(run, tmp_path / "cut")
+  path = tmp_path / "cut" / "config.json"
+  path.write_text(path.read_text()[:40])
+  proc = _evaluate(f"--workdir={tmp_path / 'cut'}")
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      f"error: {path} is not valid JSON ("), proc.stderr[-2000:]

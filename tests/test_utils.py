@@ -67,3 +67,30 @@ def test_host_cpu_without_cpuinfo_falls_back_to_platform(tmp_path, monkeypatch):
   assert utils.host_cpu(str(tmp_path / "missing")) == "x86_64"
   (tmp_path / "empty").write_text("processor\t: 0\nmodel name\t: \n")
   assert utils.host_cpu(str(tmp_path / "empty")) == "x86_64"
+
+
+def test_write_text_creates_missing_folders(tmp_path):
+  """launch.predict / babi_all --results in a new folder failed after the work was done."""
+  path = tmp_path / "a" / "b" / "out.json"
+  utils.write_json(str(path), {"x": 1})
+  assert utils.read_json(str(path)) == {"x": 1}
+
+
+def test_unreadable_json_is_a_one_line_error_naming_the_file(tmp_path):
+  """A cut-short config.json or metrics.jsonl gave json's message without the file (or a
+  traceback in launch.evaluate and launch.plot)."""
+  from rumjax import configs
+  bad = tmp_path / "config.json"
+  bad.write_text('{"task": "recall", ')
+  with pytest.raises(ValueError, match=rf"^{bad} is not valid JSON \(.*\): was it cut "
+                     r"short or edited by hand\? Restore it from a copy\.$"):
+    utils.read_json(str(bad))
+  with pytest.raises(ValueError, match=rf"^{bad} is not valid JSON"):
+    configs.load_workdir_config(str(tmp_path), lambda name: None)
+  rows = tmp_path / "metrics.jsonl"
+  rows.write_text('{"step": 1}\n{"step": 2, "lo\n')
+  with pytest.raises(ValueError, match=rf"^{rows} is not valid JSON \(line 2: "):
+    utils.read_jsonl(str(rows))
+  bad.write_text("[1, 2]")
+  with pytest.raises(ValueError, match=r"has no 'task': it is not a training run's"):
+    configs.load_workdir_config(str(tmp_path), lambda name: None)

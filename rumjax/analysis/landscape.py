@@ -368,9 +368,18 @@ def landscape_of_run(workdir: str, get_task: Callable[[str], Any], *,
     ``grid_alphas`` / ``grid_betas`` / ``plane`` (``[i][j]`` at ``(alpha_i, beta_j)``) /
     ``local_minima_2d``, ``seconds``.
   """
+  for name, value, low in (("points", points, 2), ("grid", grid, 2)):
+    if not isinstance(value, int) or value < low:
+      raise ValueError(f"{name}={value!r} must be an integer >= {low}.")
+  if not span > 0:
+    raise ValueError(f"span={span!r} must be > 0.")
   start = time.perf_counter()
   task, config, step, params = runs.load_run(workdir, get_task)
   run_cell = config.model.get("cell")
+  if run_cell is None:
+    raise ValueError(f"{workdir!r} is a {config.model.get('name')!r} model's run without "
+                     "config.model.cell; the landscape needs the run of a model with one "
+                     "cell (e.g. copying or recall).")
   if cell is not None and run_cell != cell:
     raise ValueError(f"{workdir!r} is a {run_cell!r} run; expected a {cell!r} run.")
   blocks = rotation_param_paths(run_cell, params)

@@ -6,6 +6,7 @@ A run is a ``train_and_evaluate`` workdir (``config.json`` and checkpoints) or a
 """
 
 import os
+import zipfile
 from typing import Any, Callable, Mapping, Optional
 
 import jax
@@ -90,9 +91,15 @@ load_checkpoint_params = checkpoint_lib.read_params
 
 
 def load_params(path: str, step: Optional[int] = None) -> tuple[Optional[int], dict]:
-  """Parameters from a ``.npz`` file (step ``None``) or a workdir's checkpoints."""
+  """Parameters from a ``.npz`` file (step ``None``) or a workdir's checkpoints; one-line
+  ``ValueError`` for a path that is neither."""
+  if path.endswith(".npz") and not os.path.isfile(path):
+    raise ValueError(f"no parameter file {path!r}.")
   if os.path.isfile(path):
-    with np.load(path) as data:
+    if not zipfile.is_zipfile(path):
+      raise ValueError(f"{path!r} is not a .npz of parameters (launch.reproduce writes "
+                       "params.npz); give a .npz or a training workdir.")
+    with np.load(path, allow_pickle=False) as data:
       return None, unflatten({k: data[k] for k in data.files})
   return load_checkpoint_params(path, step)
 

@@ -10,12 +10,13 @@ Matplotlib is the optional ``plot`` extra (``pip install 'rumjax[plot]'``): it i
 inside the functions that draw, so ``import rumjax.plotting`` works without it.
 """
 
-import json
 import os
 import re
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+from rumjax import utils
 
 
 # ------------------------------------------------------------------------- drawing
@@ -179,11 +180,9 @@ def save_orthogonality_drift(result: Mapping[str, Any], path: str) -> str:
 
 
 def load_json(path: str) -> Optional[dict]:
-  """The JSON object in ``path``, or ``None`` if the file does not exist."""
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  """The JSON object in ``path``, or ``None`` if the file does not exist (one-line
+  ``ValueError`` if it is not JSON)."""
+  return utils.read_json(path)
 
 
 def load_config(model_dir: str) -> Optional[dict]:

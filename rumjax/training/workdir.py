@@ -26,7 +26,7 @@ from typing import Optional
 
 from absl import logging
 
-from rumjax import configs
+from rumjax import configs, utils
 
 try:
   import fcntl
@@ -175,8 +175,7 @@ def check_resume(config, workdir: str) -> None:
   path = os.path.join(workdir, "config.json")
   if not checkpoint_lib.checkpoint_steps(workdir) or not os.path.isfile(path):
     return
-  with open(path) as f:
-    saved = json.load(f)
+  saved = utils.read_json(path)
   diffs = configs.resume_differences(saved, configs.as_json(config))
   if diffs:
     raise WorkdirError(
