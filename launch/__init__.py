@@ -48,11 +48,26 @@ def warn_cpu_devices(value: Optional[str]) -> None:
     logging.warning(line)
 
 
+# The files that make a folder a run's: a training workdir (config.json, metrics.jsonl,
+# checkpoints/) or an experiment's folder (results.json). No launcher output goes there.
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "results.json")
+OVERWRITE_HELP = "Replace output files that already exist (else they are an error)."
+
+
 def output_problem(flag: str, path: Optional[str], *, folder: bool = False,
-                   suffix: Optional[str] = None) -> Optional[str]:
+                   suffix: Optional[str] = None, files: Sequence[str] = (),
+                   runs: Optional[Sequence[str]] = None,
+                   overwrite: Optional[bool] = None) -> Optional[str]:
   """Why ``--flag=path`` cannot be written (a folder with ``folder``, else a file, ending
   in ``suffix`` if given), or ``None``: checked before a launcher's work, so that minutes
-  of computation do not end in a ``FileExistsError``. Missing folders are created later."""
+  of computation do not end in a ``FileExistsError``. Missing folders are created later.
+
+  The policy (nothing saved is lost): ``files`` are the files written for the flag besides
+  ``path`` itself (a folder's contents, a companion beside a file). With ``runs`` (the
+  workdirs / experiment folders the command reads; ``None``: not checked, for a launcher
+  that writes into its run on purpose) no output may lie inside one of them, nor in any
+  folder holding a run's :data:`RUN_FILES`. With ``overwrite=False`` (the launcher's
+  ``--overwrite`` flag; ``None``: not checked) no output may already exist."""
   if not path:
     return None
   if folder and os.path.exists(path) and not os.path.isdir(path):
@@ -67,11 +82,35 @@ def output_problem(flag: str, path: Optional[str], *, folder: bool = False,
     parent = os.path.dirname(parent)
   if not os.path.isdir(parent):
     return f"--{flag}={path}: {parent} is a file, so no folder can be made there."
+  target = os.path.realpath(path if folder else os.path.dirname(os.path.abspath(path)))
+  for run in filter(None, runs or ()):
+    if os.path.commonpath([target, os.path.realpath(run)]) == os.path.realpath(run):
+      return (f"--{flag}={path} lies inside {run}, a run this command reads; write its "
+              "output outside the run.")
+  owned = [name for name in RUN_FILES if os.path.exists(os.path.join(target, name))]
+  if runs is not None and owned:
+    return (f"--{flag}={path} would write into {target}, the folder of a run (it holds "
+            f"{owned[0]}); write its output outside the run.")
+  if overwrite is False:
+    for name in ([] if folder else [path]) + list(files):
+      if os.path.exists(name):
+        return (f"--{flag}={path}: {name} already exists; pass --overwrite to replace it, "
+                f"or another --{flag}.")
+  return None
+
+
+def list_problem(flag: str, values: Optional[Sequence[str]]) -> Optional[str]:
+  """Why ``--flag`` (a list flag the command needs) is empty, e.g. ``--workdirs=$UNSET``,
+  or ``None``."""
+  if values is not None and (not values or "" in values):
+    return (f"--{flag}={','.join(values)} is empty or has an empty entry; pass the "
+            "folders, comma separated (is a shell variable unset?).")
   return None
 
 
 def check_outputs(*problems: Optional[str]) -> None:
-  """Exits with the first of :func:`output_problem`'s answers that is not ``None``."""
+  """Exits with the first of :func:`output_problem`'s (or :func:`list_problem`'s) answers
+  that is not ``None``."""
   for problem in problems:
     if problem:
       sys.exit(f"error: {problem}")

@@ -7,6 +7,8 @@ r"""The intra-attention of a trained LSTMN on one sentence (Cheng et al., 2016, 
     python -m launch.attention --workdir=/tmp/wordptb/lstmn \
         --sentence="he sits down at the piano and plays" --out=docs/figures/ptb_lstmn_attention.png
 
+An existing ``--out`` is replaced only with ``--overwrite``; it may not lie in the workdir.
+
 ``--workdir`` is a ``launch.train`` run of ``sst`` or ``snli`` with an LSTMN model, or of
 ``ptb`` with an LSTMN language model (``--variant=word_lstmn1``)
 (``config.json`` and checkpoints; the latest checkpoint unless ``--step``). The sentence is
@@ -53,13 +55,16 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("layer", -1, "LSTMN layer (0 = bottom, -1 = top).", **f)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).", **f)
   flags.DEFINE_string("out", "docs/figures/lstmn_attention.png", "The PNG to write.", **f)
+  flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP, **f)
   flags.DEFINE_integer("profile_windows", 50, "ptb: validation windows read for the mean "
                        "attention by distance.", **f)
 
 
 def run(values) -> str:
   """Computes and draws the attention for parsed flag ``values``; returns the PNG's path."""
-  launch.check_outputs(launch.output_problem("out", values.out, suffix=".png"))
+  launch.check_outputs(launch.output_problem("out", values.out, suffix=".png",
+                                             runs=[values.workdir],
+                                             overwrite=values.overwrite))
   try:
     task, config, step, params = runs.load_run(values.workdir, tasks.get_task,
                                                  values.step)

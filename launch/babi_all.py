@@ -27,7 +27,9 @@ multi-core CPU, run one process per core with disjoint ``--tasks`` and the same
 ``--workdir`` (each sub-task has its own folder and lock; each write of results.json keeps
 the other processes' rows), e.g. ``taskset -c 0 ... --tasks=1,2,3`` beside ``taskset -c 1
 ... --tasks=4,5,6``, the second started once the first is training (the data is prepared
-once, into ``<workdir>/tfds``).
+once, into ``<workdir>/tfds``). A workdir (or ``--results``) holds one set of settings
+(but ``--manual_dir``/``--data_dir``): other settings there are refused with the ones that
+differ, before anything trains.
 
 Data: a sub-task whose ``--version`` files are missing (here: en-10k qa3 train) trains on
 ``--fallback_version`` (default ``en``, the 1k version; its row says "(1k)"); ``none``
@@ -36,13 +38,16 @@ lists it as missing and leaves it out of the mean.
 Output: a per-task table (best dev accuracy, its test accuracy, steps, wall time) next to
 the paper's per-task RUM numbers (ICLR-workshop version, Table 4), the mean over the
 sub-tasks run, and ``<workdir>/results.json`` (rewritten after every sub-task).
-``--compare=DIR,DIR`` (or ``--cells``) writes ONE Markdown table of several runs: ours
-and the paper's per-task numbers per model, steps, wall time, the mean and the passed
-(>= 95%) sub-tasks (:func:`tasks.experiments.babi.comparison_markdown`).
+``--compare=DIR,DIR`` (or ``--cells``, :func:`tasks.experiments.babi.run_cells`; each
+cell writes ``<workdir>/<cell>/results.json``, so not with ``--results``) writes ONE
+Markdown table of several runs: ours and the paper's per-task numbers per model, steps,
+wall time, the mean and the passed (>= 95%) sub-tasks
+(:func:`tasks.experiments.babi.comparison_markdown`).
 """
 
 import os
 import sys
+from typing import Optional
 
 import launch
 from absl import flags, logging
@@ -78,7 +83,8 @@ def define_flags() -> None:
   flags.DEFINE_string("manual_dir", None, "Folder with the bAbI files (archive layout); "
                       "default: the task's (../shared/data/babi if present).")
   flags.DEFINE_string("data_dir", None, "TFDS data dir; default <workdir>/tfds.")
-  flags.DEFINE_string("results", None, "Results JSON; default <workdir>/results.json.")
+  flags.DEFINE_string("results", None, "Results JSON; default <workdir>/results.json "
+                      "(not with --cells).")
   flags.DEFINE_multi_string("set", [], "More config overrides, FIELD=VALUE with a dotted "
                             "field, e.g. --set=model.embed_dim=32; repeatable.")
   flags.DEFINE_list("compare", [], "Only write the comparison table of these runs "
@@ -113,18 +119,24 @@ def compare(paths, out_path) -> None:
   print(f"comparison: {out_path}")
 
 
-def run_cells(FLAGS, task_ids) -> None:
-  """Every cell of ``--cells`` on each sub-task in turn, then the comparison."""
-  dirs = [os.path.join(FLAGS.workdir, c) for c in FLAGS.cells]
-  settings = [settings_from_flags(FLAGS, c) for c in FLAGS.cells]
-  for s in settings:
-    babi_configs.check_settings(task_ids, s)
-  for k in task_ids:
-    for s, d in zip(settings, dirs):
-      out = babi_configs.run_subtasks([k], d, s)
-      if out["tasks"][str(k)].get("stop_reason") == "preempted":
-        return
-  compare(dirs, FLAGS.compare_out or os.path.join(FLAGS.workdir, "comparison.md"))
+def cells_problem(values) -> Optional[str]:
+  """Why ``--cells`` cannot run with the other flags, or ``None``: each cell writes its
+  own ``<workdir>/<cell>/results.json``, so one ``--results`` file cannot hold them."""
+  if values.cells and values.results:
+    return (f"--results={values.results} does not go with --cells (each cell writes "
+            "<workdir>/<cell>/results.json); leave --results out (--compare_out names "
+            "the comparison).")
+  return None
+
+
+def run_cells(values, task_ids) -> None:
+  """``--cells``: :func:`tasks.experiments.babi.run_cells`, the comparison printed."""
+  out = values.compare_out or os.path.join(values.workdir, "comparison.md")
+  text = babi_configs.run_cells(values.cells, task_ids, values.workdir,
+                                settings_from_flags(values), out)
+  if text is not None:
+    print(text)
+    print(f"comparison: {out}")
 
 
 def main(argv):
@@ -132,7 +144,8 @@ def main(argv):
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
   launch.check_outputs(launch.output_problem("compare_out", FLAGS.compare_out),
-                       launch.output_problem("results", FLAGS.results))
+                       launch.output_problem("results", FLAGS.results),
+                       cells_problem(FLAGS))
   try:
     if FLAGS.compare:
       out = FLAGS.compare_out or os.path.join(

@@ -1,12 +1,14 @@
 r"""One metric of several training runs against steps and against training time.
 
     python -m launch.curves --workdirs=/tmp/wordptb/lstm_base,/tmp/wordptb/lstmn_base \
-        --labels="LSTM 300,LSTMN 300" --metric=eval_ppl --out=docs/figures/word_ptb_curves.png
+        --labels="LSTM 300,LSTMN 300" --metric=eval_ppl --out=docs/figures/word_ptb_curves.png \
+        --overwrite
 
 Reads each workdir's ``metrics.jsonl`` (:func:`rumjax.analysis.runs.metric_curves`; the
 training time is summed from the logged ``steps_per_sec``, evaluation left out), draws
 :func:`rumjax.plotting.save_steps_and_time` and writes the curves beside the PNG as JSON
-(workdirs recorded without machine paths).
+(workdirs recorded without machine paths). Neither may lie in a run's folder, and an
+existing file is replaced only with ``--overwrite`` (e.g. a figure of ``docs/figures``).
 """
 
 import os
@@ -26,11 +28,21 @@ def define_flags(flag_values=flags.FLAGS) -> None:
                     **f)
   flags.DEFINE_string("metric", "eval_loss", "The metric of metrics.jsonl to draw.", **f)
   flags.DEFINE_string("title", "", "The figure's title.", **f)
-  flags.DEFINE_string("out", "docs/figures/curves.png", "The PNG to write.", **f)
+  flags.DEFINE_string("out", "docs/figures/curves.png", "The PNG to write (and the JSON "
+                      "beside it).", **f)
+  flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP, **f)
+
+
+def json_path(png: str) -> str:
+  """The JSON of the curves, beside the PNG."""
+  return os.path.splitext(png)[0] + ".json"
 
 
 def run(values) -> str:
-  launch.check_outputs(launch.output_problem("out", values.out, suffix=".png"))
+  launch.check_outputs(
+      launch.list_problem("workdirs", values.workdirs),
+      launch.output_problem("out", values.out, suffix=".png", files=[json_path(values.out)],
+                            runs=values.workdirs, overwrite=values.overwrite))
   labels = values.labels or [os.path.basename(os.path.normpath(w)) for w in values.workdirs]
   try:
     if len(labels) != len(values.workdirs):
@@ -48,7 +60,7 @@ def run(values) -> str:
       {k: (c["steps"], c["values"]) for k, c in curves.items()},
       {k: (c["seconds"], c["values"]) for k, c in curves.items()},
       values.metric, values.out, values.title)
-  utils.write_json(os.path.splitext(path)[0] + ".json", {
+  utils.write_json(json_path(path), {
       "metric": values.metric, "workdirs": [runs.recorded_path(w) for w in values.workdirs],
       "curves": curves})
   print(path)

@@ -46,6 +46,7 @@ def define_config_flag(argv) -> None:
       return   # the help of the flags alone: there is no run to take a config from
     sys.exit(f"error: {no_config_message(workdir)}")
   try:
+    tasks.import_modules(saved.get("imports"))   # the run's own task (launch.train --imports)
     config = tasks.get_task(name).get_config(
         configs.argv_value(argv, "variant") or saved.get("variant"))
     configs.update_from_dict(config, saved)

@@ -1,7 +1,7 @@
 r"""Figure 8 of the RUM paper: loss landscapes of trained RUM and GORU recall models.
 
     python -m launch.landscape --rum_workdir=/tmp/landscape_rum \
-        --goru_workdir=/tmp/landscape_goru          # -> docs/figures/landscape_*.png
+        --goru_workdir=/tmp/landscape_goru --overwrite   # -> docs/figures/landscape_*.png
 
 For each workdir (a ``launch.train`` run of the recall task: ``config.json`` and
 checkpoints; the latest checkpoint is used) the loss on the first training batch is
@@ -11,7 +11,8 @@ where ``d1, d2`` are filter-normalised random directions (Li et al., 2018) over 
 rotation weights only (:mod:`rumjax.analysis.landscape`: RUM's ``W^tau_xh``, ``W~_xh``,
 ``W^tau_hh``; GORU's angles ``thetas``). Writes ``landscape_1d.png``,
 ``landscape_2d.png`` and ``landscape.json`` (curves, grids, local-minimum counts) to
-``--out_dir`` and prints the counts.
+``--out_dir`` and prints the counts. Existing outputs are replaced only with
+``--overwrite``; no output goes into either workdir.
 """
 
 import os
@@ -24,6 +25,9 @@ import tasks
 from rumjax import utils
 from rumjax.analysis import landscape
 from rumjax.plotting import landscape as plotting_landscape
+
+
+OUTPUTS = ("landscape_1d.png", "landscape_2d.png", "landscape.json")   # in --out_dir
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:
@@ -39,11 +43,15 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("grid", 21, "Points per axis of the 2-D plane.", **f)
   flags.DEFINE_float("span", 1.0, "alpha and beta range over [-span, span].", **f)
   flags.DEFINE_integer("seed", 0, "Seed of the random directions.", **f)
+  flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP, **f)
 
 
 def run(values) -> dict:
   """Computes, draws and writes the landscapes for parsed flag ``values``."""
-  launch.check_outputs(launch.output_problem("out_dir", values.out_dir, folder=True))
+  outputs = [os.path.join(values.out_dir, name) for name in OUTPUTS]
+  launch.check_outputs(launch.output_problem(
+      "out_dir", values.out_dir, folder=True, files=outputs,
+      runs=[values.rum_workdir, values.goru_workdir], overwrite=values.overwrite))
   results = {}
   try:
     for cell, workdir in (("rum", values.rum_workdir), ("goru", values.goru_workdir)):
@@ -52,16 +60,15 @@ def run(values) -> dict:
           span=values.span, seed=values.seed)
   except ValueError as err:
     sys.exit(f"error: {err}")
-  out = values.out_dir
-  paths = [plotting_landscape.plot_landscape_1d(results, os.path.join(out, "landscape_1d.png")),
-           plotting_landscape.plot_landscape_2d(results, os.path.join(out, "landscape_2d.png"))]
+  paths = [plotting_landscape.plot_landscape_1d(results, outputs[0]),
+           plotting_landscape.plot_landscape_2d(results, outputs[1])]
   settings = {k: values[k].value for k in ("points", "grid", "span", "seed")}
-  utils.write_json(os.path.join(out, "landscape.json"), {"settings": settings, **results})
+  utils.write_json(outputs[2], {"settings": settings, **results})
   for cell, r in results.items():
     print(f"{r['label']} step {r['step']}: local minima {r['local_minima_1d']} along the "
           f"line, {r['local_minima_2d']} on the plane ({r['num_varied']} weights varied, "
           f"{r['seconds']:.1f} s)")
-  print("\n".join(paths + [os.path.join(out, "landscape.json")]))
+  print("\n".join(paths + [outputs[2]]))
   return results
 
 

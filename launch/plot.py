@@ -53,7 +53,9 @@ def main(argv):
     if out and len(dirs) > 1:
       out = os.path.join(out, os.path.basename(d))
     try:
-      task = tasks.get_task(plotting.load_config(d)["task"])
+      config = plotting.load_config(d)
+      tasks.import_modules(config.get("imports"))   # a task of the user's own (--imports)
+      task = tasks.get_task(config["task"])
       for p in plotting.plot_rum_model(d, out, FLAGS.params, FLAGS.step, task=task):
         print(p)
       if FLAGS.kernels:

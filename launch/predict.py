@@ -12,7 +12,8 @@ the task must have a ``submission(config, rows)`` function (the CLUE tasks: ``{"
 predict function (default: the task's ``submission_pred``, ``"predict"`` unless the task
 sets it; the summarization tasks have ``"beam"``, their default, and ``"greedy"``). Prints
 the step, the number of rows written and the rows per second (after the first batch, which
-includes compilation).
+includes compilation). ``--output`` may not lie in the run's folder (or any run's), and an
+existing file is replaced only with ``--overwrite``.
 """
 
 import json
@@ -25,7 +26,9 @@ import tasks
 from launch import evaluate
 from rumjax import utils
 
-flags.DEFINE_string("output", None, "The jsonl file to write.", required=True)
+flags.DEFINE_string("output", None, "The jsonl file to write (outside the run).",
+                    required=True)
+flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP)
 flags.DEFINE_string("split", "test", "The split to predict.")
 flags.DEFINE_string("pred", None, "The task's predict function (default: the task's "
                     "submission_pred, e.g. 'beam' for summarization, else 'predict').")
@@ -34,7 +37,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  launch.check_outputs(launch.output_problem("output", FLAGS.output))  # before decoding
+  launch.check_outputs(launch.output_problem(   # before decoding
+      "output", FLAGS.output, runs=[FLAGS.workdir], overwrite=FLAGS.overwrite))
   config, task, workdir = evaluate.setup()
   if task.submission is None:
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "

@@ -1,7 +1,7 @@
 r"""Figure 6 of the RUM paper: gradients and hidden-state norms of summarization runs.
 
     python -m launch.summ_analysis --workdirs=/tmp/summ/synth_lead,/tmp/summ/synth_decrum \
-        --labels=LEAD,decRUM --out_dir=docs/figures --batch_index=0
+        --labels=LEAD,decRUM --out_dir=docs/figures --batch_index=0 --overwrite
         # -> docs/figures/summ_figure6.png, docs/figures/summ_figure6.json
 
 For each workdir (a ``launch.train`` run of a summarization task: ``config.json``,
@@ -12,7 +12,8 @@ reads (a) ``train_grad_norm`` and (b) ``train_last_state_norm`` over training fr
 bi-directional encoder outputs and (d) the mean ``|d loss / d output_t|`` per decoder step
 over the decoder outputs (each averaged over the batch's real rows and the hidden
 dimension). Writes the four panels as ``summ_figure6.png`` and every number as
-``summ_figure6.json`` to ``--out_dir`` and prints one line per run.
+``summ_figure6.json`` to ``--out_dir`` (not a run's folder; files there are replaced
+only with ``--overwrite``) and prints one line per run.
 """
 
 import os
@@ -42,12 +43,18 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   flags.DEFINE_integer("batch_index", 0, "Which batch of the split (from 0) panels (c, d) "
                        "are evaluated on.", **f)
   flags.DEFINE_string("split", "dev", "The split of the task's eval_data for (c, d).", **f)
+  flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP, **f)
 
 
 def run(values) -> dict:
   """Computes, draws and writes Figure 6 for parsed flag ``values``; returns
   ``{label: result}`` (:func:`rumjax.analysis.summarization.figure6_of_run`)."""
-  launch.check_outputs(launch.output_problem("out_dir", values.out_dir, folder=True))
+  launch.check_outputs(
+      launch.list_problem("workdirs", values.workdirs),
+      launch.output_problem("out_dir", values.out_dir, folder=True, runs=values.workdirs,
+                            files=[os.path.join(values.out_dir, name)
+                                   for name in (plotting_summ.FILENAME, JSON_NAME)],
+                            overwrite=values.overwrite))
   workdirs, labels = values.workdirs, values.labels
   if labels is not None and len(labels) != len(workdirs):
     sys.exit(f"error: --labels has {len(labels)} label(s) for {len(workdirs)} workdir(s); "

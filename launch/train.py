@@ -93,6 +93,8 @@ def build_config(argv):
   config = FLAGS.config
   overridden = set(configs.override_paths(argv))
   with config.unlocked():
+    if FLAGS.imports is not None:
+      config.imports = FLAGS.imports   # recorded: launch.evaluate etc. import them too
     if FLAGS.cell is not None:
       config.model.cell = FLAGS.cell
     task = tasks.get_task(FLAGS.task)

@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from rumjax import utils
+from rumjax import registry, utils
 
 
 def field_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -104,6 +104,7 @@ def load_workdir_config(workdir: str, get_task: Callable[[str], Any]):
   saved = utils.read_json(path)
   if not isinstance(saved, dict) or "task" not in saved:
     raise ValueError(f"{path} has no 'task': it is not a training run's config.json.")
+  registry.import_modules(saved.get("imports"))   # a task of the user's own (--imports)
   task = get_task(saved["task"])
   config = task.get_config(saved.get("variant"))
   update_from_dict(config, saved)
@@ -118,7 +119,7 @@ RESUME_MAY_CHANGE = (
     "num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
     "evals", "eval_batch_size", "rouge_every", "rouge_batches", "beam_size",
     "max_decode_steps", "num_dev", "num_test", "num_eval", "early_stopping_patience",
-    "init_from", "data_dir", "manual_dir", "ood_manual_dir")
+    "init_from", "data_dir", "manual_dir", "ood_manual_dir", "imports")
 
 
 # Fields added to the configs after runs were saved without them, with the value that
@@ -133,6 +134,7 @@ ADDED_FIELDS = {
     "warmup_steps": 0,               # issue 32: a linear warm-up of the rate
     "difficulty": "easy",            # issue 32: summ_synthetic's hard variant (2026-11-26)
     "model.precision": "default",    # issue 44: the matmul precision (2026-11-27)
+    "imports": "",                   # launch.train --imports recorded (2026-11-29)
 }
 
 

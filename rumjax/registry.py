@@ -13,6 +13,7 @@ again is a no-op (modules imported twice, notebooks re-running a cell).
 """
 
 import difflib
+import importlib
 from typing import Any, Callable, Iterator, Optional
 
 
@@ -83,3 +84,16 @@ class Registry:
 def decorator(registry: Registry) -> Callable[[str], Callable[[Any], Any]]:
   """``register_x = decorator(X)`` gives the ``@register_x("name")`` spelling."""
   return lambda name, obj=None: registry.register(name, obj)
+
+
+def import_modules(names: Optional[str]) -> None:
+  """Imports the comma-separated modules ``names`` (``launch.train --imports``, recorded
+  in a run's ``config.imports``): your own tasks, cells, models and evaluators register
+  themselves when imported. One-line ``ValueError`` naming a module that cannot be
+  imported."""
+  for name in filter(None, (n.strip() for n in (names or "").split(","))):
+    try:
+      importlib.import_module(name)
+    except ImportError as err:
+      raise ValueError(f"--imports: cannot import {name!r} ({err}); give a module on the "
+                       "Python path, e.g. --imports=my_project.tasks.") from err

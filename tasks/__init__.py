@@ -14,6 +14,7 @@ notebook, a test, a project of your own).
 import importlib
 import pkgutil
 
+from rumjax import registry
 from rumjax.registry import Registry
 from tasks.base import Task
 
@@ -27,16 +28,7 @@ def register_task(task: Task) -> Task:
   return TASKS.register(task.name, task)
 
 
-def import_modules(names: str) -> None:
-  """Imports the comma-separated modules ``names`` (``launch.train --imports``): your own
-  tasks, cells, models and evaluators register themselves when imported. One-line
-  ``ValueError`` naming a module that cannot be imported."""
-  for name in filter(None, (n.strip() for n in (names or "").split(","))):
-    try:
-      importlib.import_module(name)
-    except ImportError as err:
-      raise ValueError(f"--imports: cannot import {name!r} ({err}); give a module on the "
-                       "Python path, e.g. --imports=my_project.tasks.") from err
+import_modules = registry.import_modules
 
 
 def _discover() -> None:

@@ -42,6 +42,9 @@ def base_config(task: str, variant: Optional[str]) -> ml_collections.ConfigDict:
   c.task = task
   c.variant = config_dict.placeholder(str)
   c.variant = variant
+  # The modules imported before the task is looked up (launch.train --imports: a task, cell
+  # or model of your own); recorded so that evaluate, predict and the analyses find them.
+  c.imports = ""
   # Optimisation (checked by rumjax.training.optim.validate_config).
   c.optimizer = "rmsprop"
   c.learning_rate = 1e-3

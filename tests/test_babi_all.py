@@ -348,3 +348,164 @@ def test_table_shows_a_sub_task_without_an_evaluation_as_a_dash():
   row = next(line for line in lines if line.startswith("2 "))
   assert row.split()[4:6] == ["-", "-"] and "0.0" not in row
   assert "mean test accuracy over 1 sub-task(s): 88.0%" in "\n".join(lines)
+
+
+# ------------------------------------------------- results of other settings are refused
+
+
+def _tree(folder) -> dict:
+  """Every file under ``folder``: its size and modification time (to see that nothing
+  changed)."""
+  out = {}
+  for root, _, files in os.walk(folder):
+    for name in files:
+      stat = os.stat(os.path.join(root, name))
+      out[os.path.relpath(os.path.join(root, name), folder)] = (stat.st_size,
+                                                               stat.st_mtime_ns)
+  return out
+
+
+def test_results_of_other_settings_are_refused_and_kept(run, settings, tmp_path):
+  """Another sub-task with other settings in the same workdir (or --results) used to
+  rewrite results.json with its row only: the other settings' rows were gone."""
+  workdir, out = run
+  before = _tree(workdir)
+  for changes, expected in (
+      ({"budget_minutes": 5.0}, "budget_minutes unset there, 5 here"),
+      ({"cell": "lstm", "seed": 3}, 'cell "rum" there, "lstm" here; seed 0 there, 3 here'),
+      ({"sets": {**settings.sets, "model.embed_dim": 8}}, "sets")):
+    other = dataclasses.replace(settings, **changes)
+    with pytest.raises(ValueError) as err:
+      babi_configs.run_subtasks([3], workdir, other)
+    message = str(err.value)
+    assert "\n" not in message and expected in message
+    assert message.startswith(f"the settings differ from the results in "
+                              f"{os.path.join(workdir, 'results.json')} (")
+    assert message.endswith("use the same settings or another --workdir/--results.")
+    assert "data_dir" not in message and "manual_dir" not in message
+  assert _tree(workdir) == before           # nothing trained, nothing rewritten
+  assert utils.read_json(os.path.join(workdir, "results.json"))["tasks"].keys() == {"1", "2"}
+  # A --results file that is not bAbI results is refused, not overwritten.
+  path = tmp_path / "recall.json"
+  path.write_text('{"T": 30, "recall": 1.0}')
+  with pytest.raises(ValueError, match=f"{path} is not the results of launch.babi_all"):
+    babi_configs.run_subtasks([1], str(tmp_path / "w"), settings, results_path=str(path))
+  assert path.read_text() == '{"T": 30, "recall": 1.0}'
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_settings_differences_ignore_where_the_data_lives(settings):
+  saved = json.loads(json.dumps(dataclasses.asdict(settings)))
+  assert babi_configs.settings_differences(saved, settings) == []
+  moved = dataclasses.replace(settings, data_dir="/elsewhere", manual_dir="/other/babi")
+  assert babi_configs.settings_differences(saved, moved) == []
+  # A field an older results JSON lacks counts as its default.
+  older = {k: v for k, v in saved.items() if k != "fallback_version"}
+  assert babi_configs.settings_differences(older, settings) == []
+  assert babi_configs.settings_differences(
+      older, dataclasses.replace(settings, fallback_version=None)) == [
+          'fallback_version "en" there, unset here']
+  assert babi_configs.settings_differences(
+      saved, dataclasses.replace(settings, max_steps=7, patience=3)) == [
+          "max_steps 40 there, 7 here", "patience 2 there, 3 here"]
+
+
+def test_command_line_refuses_other_settings(run, tmp_path):
+  """The reviewer's commands: qa1, then qa2 with another --budget_minutes, in one
+  workdir; and --compare of a results JSON that is not bAbI's (was KeyError: 'settings')."""
+  workdir, _ = run
+  before = _tree(workdir)
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.babi_all", f"--workdir={workdir}", "--tasks=2",
+       "--version=en", "--max_steps=2", "--eval_every=1", "--hidden_size=8",
+       "--budget_minutes=6"], cwd=REPO, env=env, capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  error = proc.stderr.strip().splitlines()[-1]
+  assert error.startswith("error: the settings differ from the results in ")
+  assert "budget_minutes unset there, 6 here" in error and "hidden_size 8" not in error
+  assert _tree(workdir) == before
+  other = tmp_path / "recall_T30"
+  os.makedirs(other)
+  utils.write_json(str(other / "results.json"), {"settings": {"T": 30}, "recall": 1.0})
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.babi_all", f"--compare={workdir},{other}",
+       f"--compare_out={tmp_path / 'cmp.md'}"], cwd=REPO, env=env, capture_output=True,
+      text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip() == (
+      f"error: {other / 'results.json'} is not the results of launch.babi_all (no "
+      "'settings' and 'tasks' of a bAbI run); pass a launch.babi_all --workdir or its "
+      "results.json.")
+  assert not os.path.exists(tmp_path / "cmp.md")
+  # --cells writes one results.json per cell: --results with it is refused, not ignored.
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.babi_all", f"--workdir={tmp_path / 'cells'}",
+       "--cells=rum,lstm", f"--results={tmp_path / 'r.json'}", "--tasks=1"], cwd=REPO,
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and proc.stderr.strip() == (
+      f"error: --results={tmp_path / 'r.json'} does not go with --cells (each cell writes "
+      "<workdir>/<cell>/results.json); leave --results out (--compare_out names the "
+      "comparison).")
+  assert not os.path.exists(tmp_path / "cells") and not os.path.exists(tmp_path / "r.json")
+
+
+def test_read_results_names_a_file_that_is_not_babi_results(tmp_path):
+  for content in ('{"settings": {"T": 30}, "recall": 1.0}', "[1, 2]",
+                  '{"settings": null, "tasks": {}}'):
+    (tmp_path / "results.json").write_text(content)
+    with pytest.raises(ValueError) as err:
+      babi_configs.read_results(str(tmp_path))
+    assert str(err.value).startswith(f"{tmp_path / 'results.json'} is not the results of")
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------- several cells
+
+
+def test_run_cells_each_cell_on_each_sub_task_then_the_comparison(settings, tmp_path,
+                                                                   monkeypatch):
+  calls = []
+
+  def run_subtasks(task_ids, workdir, s, results_path=None, log=None):
+    del results_path, log
+    calls.append((task_ids, os.path.basename(workdir), s.cell))
+    preempted = s.cell == "lstm" and task_ids == [3] and preempt
+    row = {"version": "en-10k", "best_dev_accuracy": 0.5, "test_accuracy": 0.5,
+           "steps": 4, "max_steps": 4, "eval_every": 1, "best_step": 4,
+           "wall_seconds": 6.0, "stop_reason": "preempted" if preempted else "ok"}
+    path = os.path.join(workdir, "results.json")
+    rows = {**babi_configs._rows_in(path, s), task_ids[0]: row}
+    os.makedirs(workdir, exist_ok=True)
+    utils.write_json(path, babi_configs.results(rows, s))
+    return babi_configs.results(rows, s)
+
+  monkeypatch.setattr(babi_configs, "run_subtasks", run_subtasks)
+  preempt = False
+  workdir = str(tmp_path / "w")
+  text = babi_configs.run_cells(["rum", "lstm"], [1, 2], workdir, settings)
+  assert calls == [([1], "rum", "rum"), ([1], "lstm", "lstm"), ([2], "rum", "rum"),
+                   ([2], "lstm", "lstm")]
+  assert text.startswith("| task | RUM λ=0 ours | LSTM ours |")
+  assert (tmp_path / "w" / "comparison.md").read_text() == text
+  # Preempted: stops there, no comparison written.
+  calls.clear()
+  preempt = True
+  out = str(tmp_path / "cmp.md")
+  assert babi_configs.run_cells(["rum", "lstm"], [3, 4], workdir, settings, out) is None
+  assert calls == [([3], "rum", "rum"), ([3], "lstm", "lstm")]
+  assert not os.path.exists(out)
+  # A cell whose results are of other settings: refused before any cell trains.
+  calls.clear()
+  before = _tree(workdir)
+  with pytest.raises(ValueError, match=r"results in .*lstm.results\.json \(hidden_size 8 "
+                     r"there, 16 here\)"):
+    babi_configs.run_cells(["gru", "lstm"], [1], workdir,
+                           dataclasses.replace(settings, hidden_size=16))
+  assert calls == [] and _tree(workdir) == before
+  with pytest.raises(ValueError, match=r"sub-tasks \[21\]"):
+    babi_configs.run_cells(["rum"], [21], workdir, settings)
+  with pytest.raises(ValueError, match="no_such_cell"):   # checked before rum trains
+    babi_configs.run_cells(["rum", "no_such_cell"], [5], workdir, settings)
+  assert calls == [] and _tree(workdir) == before

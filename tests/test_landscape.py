@@ -279,3 +279,23 @@ def test_launch_errors_name_the_path(workdirs, tmp_path):
       _run([f"--rum_workdir={missing}", f"--goru_workdir={workdirs['goru']}",
             f"--out_dir={tmp_path / 'never'}", flag])
   assert not (tmp_path / "never").exists()
+
+
+def test_launch_keeps_existing_figures_and_the_runs(workdirs, tmp_path):
+  """The default --out_dir is docs/figures: a quick try replaced the committed figures.
+  An existing output is refused without --overwrite, and no output goes into a workdir."""
+  out = tmp_path / "figs"
+  out.mkdir()
+  (out / "landscape.json").write_text("keep")
+  base = [f"--rum_workdir={workdirs['rum']}", f"--goru_workdir={workdirs['goru']}",
+          "--points=3", "--grid=2"]
+  with pytest.raises(SystemExit, match=r"^error: --out_dir=.*landscape\.json already exists; "
+                     r"pass --overwrite"):
+    _run([*base, f"--out_dir={out}"])
+  assert (out / "landscape.json").read_text() == "keep"
+  inside = os.path.join(workdirs["rum"], "figs")
+  with pytest.raises(SystemExit, match=r"lies inside .*, a run this command reads"):
+    _run([*base, f"--out_dir={inside}", "--overwrite"])
+  assert not os.path.exists(inside)
+  _run([*base, f"--out_dir={out}", "--overwrite"])
+  assert json.loads((out / "landscape.json").read_text())["settings"]["points"] == 3

@@ -137,6 +137,136 @@ def test_output_problems_are_found_before_the_work(tmp_path):
   assert a_file.read_text() == "keep" and not (tmp_path / "new").exists()
 
 
+def test_outputs_never_land_in_a_run_nor_replace_a_file_without_overwrite(tmp_path):
+  """launch.output_problem's policy: no output (nor a file written beside it) inside a run
+  the command reads or in any run's folder, even with --overwrite; an existing output only
+  with --overwrite; launch.list_problem: an empty --workdirs (an unset shell variable)."""
+  import launch
+  problem = launch.output_problem
+  run = tmp_path / "exp" / "run"
+  run.mkdir(parents=True)
+  (run / "config.json").write_text("{}")
+  (tmp_path / "exp" / "results.json").write_text("{}")
+  (tmp_path / "figs").mkdir()
+  (tmp_path / "figs" / "a.json").write_text("keep")
+  assert problem("output", str(run / "config.json"), runs=[str(run)], overwrite=True) == (
+      f"--output={run / 'config.json'} lies inside {run}, a run this command reads; write "
+      "its output outside the run.")
+  assert "lies inside" in problem("out_dir", str(run / "sub"), folder=True, runs=[str(run)])
+  png = str(tmp_path / "exp" / "results.png")
+  assert problem("out", png, files=[str(tmp_path / "exp" / "results.json")],
+                 runs=[str(run)], overwrite=True) == (
+      f"--out={png} would write into {tmp_path / 'exp'}, the folder of a run (it holds "
+      "results.json); write its output outside the run.")
+  a_png = str(tmp_path / "figs" / "a.png")
+  assert problem("out", a_png, files=[str(tmp_path / "figs" / "a.json")], runs=[],
+                 overwrite=False) == (
+      f"--out={a_png}: {tmp_path / 'figs' / 'a.json'} already exists; pass --overwrite to "
+      "replace it, or another --out.")
+  assert "already exists" in problem("out_dir", str(tmp_path / "figs"), folder=True,
+                                     files=[str(tmp_path / "figs" / "a.json")],
+                                     overwrite=False)
+  for fine in (problem("out", a_png, files=[str(tmp_path / "figs" / "a.json")], runs=[],
+                       overwrite=True),
+               problem("out", str(tmp_path / "figs" / "b.png"), runs=[str(run)],
+                       overwrite=False),
+               # Launchers that write into their run on purpose (launch.plot) pass no runs.
+               problem("out_dir", str(run), folder=True)):
+    assert fine is None
+  assert launch.list_problem("workdirs", []) == (
+      "--workdirs= is empty or has an empty entry; pass the folders, comma separated (is a "
+      "shell variable unset?).")
+  assert "empty entry" in launch.list_problem("workdirs", ["a", ""])
+  assert launch.list_problem("workdirs", ["a"]) is None
+  assert (run / "config.json").read_text() == "{}"
+  assert (tmp_path / "figs" / "a.json").read_text() == "keep"
+
+
+def _flag_values(module, *argv):
+  from absl import flags
+  values = flags.FlagValues()
+  module.define_flags(values)
+  values([module.__name__, *argv])
+  return values
+
+
+def test_figure_launchers_keep_runs_and_existing_figures(tmp_path):
+  """launch.curves, summ_analysis and orthogonality: --out in an experiment's folder
+  replaced its results.json (the curves' JSON), an empty --workdirs drew an empty figure
+  over a committed one, and a second run replaced the first's files; now each is a
+  one-line error before any work, and --overwrite replaces a figure."""
+  from launch import curves, orthogonality, summ_analysis
+  exp = tmp_path / "recall_T30"
+  (exp / "rum").mkdir(parents=True)
+  (exp / "rum" / "metrics.jsonl").write_text(
+      json.dumps({"step": 1, "steps_per_sec": 1.0}) + "\n"
+      + json.dumps({"step": 1, "eval_loss": 2.0}) + "\n")
+  (exp / "results.json").write_text("saved")
+  figs = tmp_path / "figs"
+  figs.mkdir()
+  for name in ("curves.json", "summ_figure6.json", "orthogonality_drift.png"):
+    (figs / name).write_text("saved")
+
+  def refused(module, *argv):
+    with pytest.raises(SystemExit) as err:
+      module.run(_flag_values(module, *argv))
+    assert str(err.value).startswith("error: ") and "\n" not in str(err.value)
+    return str(err.value)
+
+  work = f"--workdirs={exp / 'rum'}"
+  assert "the folder of a run (it holds results.json)" in refused(
+      curves, work, f"--out={exp / 'results.png'}", "--overwrite")
+  assert "lies inside" in refused(curves, work, f"--out={exp / 'rum' / 'c.png'}")
+  assert "--workdirs= is empty" in refused(curves, "--workdirs=", f"--out={figs / 'x.png'}")
+  assert "curves.json already exists; pass --overwrite" in refused(
+      curves, work, f"--out={figs / 'curves.png'}")
+  assert "--workdirs= is empty" in refused(summ_analysis, "--workdirs=",
+                                           f"--out_dir={figs}")
+  assert "summ_figure6.json already exists" in refused(summ_analysis, work,
+                                                       f"--out_dir={figs}")
+  assert "lies inside" in refused(summ_analysis, work, f"--out_dir={exp / 'rum'}")
+  assert "orthogonality_drift.png already exists" in refused(
+      orthogonality, "--ts=3", "--nh=2", "--nx=2", "--batch=1", f"--out_dir={figs}")
+  assert all((figs / n).read_text() == "saved" for n in os.listdir(figs))
+  assert (exp / "results.json").read_text() == "saved"
+  assert not os.path.exists(figs / "curves.png")
+  assert curves.run(_flag_values(curves, work, f"--out={figs / 'curves.png'}",
+                                 "--overwrite")) == str(figs / "curves.png")
+  assert json.loads((figs / "curves.json").read_text())["metric"] == "eval_loss"
+
+
+def test_predict_and_orthogonality_refuse_in_one_line_from_the_command_line(tmp_path):
+  """launch.predict --output=<workdir>/config.json replaced the run's config with JSONL;
+  launch.orthogonality's quick try replaced the committed docs/figures/orthogonality_drift.*
+  (its default --out_dir, here under a scratch folder as the working directory) and
+  --ts=abc printed the whole usage before its message."""
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps({"task": "recall"}))
+  figures = tmp_path / "docs" / "figures"
+  figures.mkdir(parents=True)
+  (figures / "orthogonality_drift.json").write_text("committed")
+  env = dict(_env(), PYTHONPATH=REPO)
+  commands = {
+      "lies inside": ["launch.predict", f"--workdir={run}", f"--output={run}/config.json",
+                      "--overwrite"],
+      "already exists; pass --overwrite": ["launch.predict", f"--workdir={run}",
+                                           f"--output={figures}/orthogonality_drift.json"],
+      "orthogonality_drift.json already exists": [
+          "launch.orthogonality", "--ts=10", "--nh=4", "--nx=4", "--batch=1"],
+      "--ts=abc: give positive integers": ["launch.orthogonality", "--ts=abc"]}
+  for message, argv in commands.items():
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[-1].startswith("error: ") and message in lines[-1], proc.stderr[-2000:]
+    assert not any("flags:" in line or "--helpfull" in line for line in lines), lines
+  assert json.loads((run / "config.json").read_text()) == {"task": "recall"}
+  assert (figures / "orthogonality_drift.json").read_text() == "committed"
+  assert os.listdir(figures) == ["orthogonality_drift.json"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--task=copyng"], "unknown task 'copyng'; known tasks are ['afqmc', 'babi', 'cmnli', "
                         "'cnn_dailymail', 'copying', 'ptb', 'recall', 'snli', 'sst', "
@@ -360,7 +490,8 @@ def test_predict_writes_a_clue_submission(tmp_path):
   assert all(set(r) == {"id", "label"} and r["label"] in ("0", "1") for r in rows)
   assert json.loads(proc.stdout.strip().splitlines()[-1])["rows"] == 7
   missing = subprocess.run([sys.executable, "-m", "launch.predict", "--task=afqmc",
-                            f"--workdir={tmp_path / 'nothing'}", f"--output={out}",
+                            f"--workdir={tmp_path / 'nothing'}",
+                            f"--output={tmp_path / 'none.json'}",
                             f"--config.manual_dir={folder}"],
                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
   assert missing.returncode != 0

@@ -2,6 +2,7 @@
 launch.attention, and config.init_uniform (the Torch LM codes' initialisation)."""
 
 import json
+import os
 
 import jax
 import numpy as np
@@ -120,6 +121,14 @@ def test_attention_launch_on_a_language_model(corpus, tmp_path, capsys):
                            if line.startswith("{")))
   assert record["step"] == 2 and record["context_tokens"] > 0
   assert len(record["profile"]) == 2 and record["profile"][0]["windows"] == 2
+  # The default --out is a committed figure: an existing one is kept without --overwrite,
+  # and no output goes into the run.
+  with pytest.raises(SystemExit, match=r"already exists; pass --overwrite"):
+    launch_attention.run(values)
+  values(["attention", f"--workdir={workdir}", f"--out={workdir}/a.png", "--overwrite"])
+  with pytest.raises(SystemExit, match=r"lies inside .*, a run this command reads"):
+    launch_attention.run(values)
+  assert not os.path.exists(f"{workdir}/a.png")
 
 
 def test_init_uniform_draws_every_parameter(corpus, tmp_path):

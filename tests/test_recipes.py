@@ -36,6 +36,16 @@ def test_a_new_cell_and_task_train_through_the_launcher_and_resume(tmp_path):
   assert resumed["step"] == 20
   records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   assert max(r["step"] for r in records) == 20
+  # The run records its --imports, so launch.evaluate finds the task without them (it said
+  # "unknown task 'first_symbol'", and --imports could not be passed to it).
+  assert saved["imports"] == "tests.recipe_example"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-m", "launch.evaluate", f"--workdir={workdir}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  evaluated = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert evaluated["step"] == 20
+  assert evaluated["test_accuracy"] == resumed["test_accuracy"]
 
 
 def test_the_recipe_registers_by_name_and_the_cell_is_elman():

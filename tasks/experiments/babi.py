@@ -9,7 +9,12 @@ record's ``best_metrics`` (the checkpoint itself in ``<workdir>/qa<k>/best``).
 A sub-task whose files are missing in ``version`` trains on ``fallback_version`` (here:
 en-10k has no qa3 train file, so qa3 trains on en, the 1k version with the same test
 file) and its row is marked "(1k)". :func:`comparison_markdown` puts several runs (RUM
-lambda=0 and LSTM) side by side with the paper's per-task numbers.
+lambda=0 and LSTM) side by side with the paper's per-task numbers; :func:`run_cells`
+trains several cells sub-task by sub-task and writes that comparison.
+
+A results JSON holds the rows of one set of :class:`Settings` (but where the data lives):
+a run with other settings into it is refused before anything trains
+(:func:`settings_differences`), so no row is dropped.
 """
 
 import dataclasses
@@ -277,13 +282,15 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
     "mean_test_accuracy", "paper_rum_word", "paper_table2_mean", "hardware"}``.
 
   Raises:
-    ValueError: for a bad sub-task number, setting or config, before anything trains.
+    ValueError: for a bad sub-task number, setting or config, or a ``results_path`` that
+      holds another run's results (other settings, or not bAbI results), before anything
+      trains or is written.
   """
   check_settings(task_ids, settings)
   cfgs = {k: subtask_config(k, settings) for k in task_ids}
   results_path = results_path or os.path.join(workdir, "results.json")
+  ours, rows = {}, _rows_in(results_path, settings)   # refuses other settings' results
   training.check_writable(workdir)
-  ours, rows = {}, _rows_in(results_path, settings)
   for k, config in cfgs.items():
     log(f"bAbI qa{k}: {settings.header()}, data {config.version}, {config.num_steps} "
         f"steps at most, dev every {config.eval_every}")
@@ -293,7 +300,9 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
       logging.error("bAbI qa%d skipped: %s", k, err)
       ours[k] = {"version": config.version, "error": str(err)}
     # The file as it is now: another process may have run other sub-tasks of the same
-    # settings into it (e.g. one per core with different --tasks) since this one started.
+    # settings into it (e.g. one per core with different --tasks) since this one started
+    # (one of other settings that started with this one, before either wrote the file,
+    # is refused here: this sub-task's row stays in its qa<k>/result.json).
     rows = {**_rows_in(results_path, settings), **ours}
     utils.write_json(results_path, results(rows, settings))
     if ours[k].get("stop_reason") == "preempted":
@@ -301,12 +310,57 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
   return results(rows, settings)
 
 
+# Settings that do not change what a row means, so a results JSON written with other
+# values of them is still this run's: where the data lives (manual_dir, data_dir: the
+# same files reached through another path, e.g. a worktree's ../shared). Every other
+# field does: the data and model (version, level, attention, cell, lam, hidden_size,
+# sets), the training (seed, eval_every: the steps where dev picks the best, max_steps,
+# patience), fallback_version (which data a sub-task with missing files trains on, or
+# whether it is missing) and budget_minutes (a row stopped by the budget is a row of that
+# budget, and the comparison's footnote states one budget per results JSON).
+LOCATION_FIELDS = ("manual_dir", "data_dir")
+
+
+def settings_differences(saved: dict, settings: Settings) -> list[str]:
+  """``"name THERE there, HERE here"`` for each field of ``settings`` (but
+  :data:`LOCATION_FIELDS`) whose value differs in ``saved`` (a results JSON's settings; a
+  field it lacks, from an older version, counts as the field's default)."""
+  here = _json(dataclasses.asdict(settings))
+  defaults = _json(dataclasses.asdict(Settings()))
+  there = {name: saved.get(name, defaults[name]) for name in here}
+  return [f"{name} {_show(there[name])} there, {_show(here[name])} here"
+          for name in here if name not in LOCATION_FIELDS and there[name] != here[name]]
+
+
+def _show(value) -> str:
+  if isinstance(value, float):
+    return f"{value:g}"
+  return "unset" if value is None else json.dumps(value)
+
+
 def _rows_in(results_path: str, settings: Settings) -> dict:
-  """The per-sub-task rows of a results JSON written with the same settings, else none."""
-  previous = utils.read_json(results_path, {})
-  if previous.get("settings") != _json(dataclasses.asdict(settings)):
+  """The per-sub-task rows of the results JSON ``results_path`` (none if it does not
+  exist yet).
+
+  Raises:
+    ValueError: one line if the file is not bAbI results, or naming each setting that
+      differs there (:func:`settings_differences`): its rows would be dropped.
+  """
+  if not os.path.exists(results_path):
     return {}
+  previous = read_results(results_path)
+  differences = settings_differences(previous["settings"], settings)
+  if differences:
+    raise ValueError(f"the settings differ from the results in {results_path} "
+                     f"({'; '.join(differences)}): use the same settings or another "
+                     "--workdir/--results.")
   return {int(k): r for k, r in previous["tasks"].items()}
+
+
+def check_results(results_path: str, settings: Settings) -> None:
+  """``ValueError`` (one line) unless ``results_path`` is missing or holds bAbI results
+  of the same settings (:func:`_rows_in`): checked before anything trains."""
+  _rows_in(results_path, settings)
 
 
 def results(rows: dict, settings: Settings) -> dict:
@@ -534,13 +588,28 @@ def _footnotes(runs, labels, papers, common, version) -> list[str]:
 
 
 def read_results(path: str) -> dict:
-  """The results JSON of a run: ``path`` itself or ``<path>/results.json``."""
+  """The results JSON of a run: ``path`` itself or ``<path>/results.json``.
+
+  Raises:
+    ValueError: one line naming the file if it is missing, not JSON, or not the results
+      of :func:`run_subtasks` (a JSON object with ``settings`` and ``tasks`` objects).
+  """
   file = os.path.join(path, "results.json") if os.path.isdir(path) else path
   out = utils.read_json(file)
   if out is None:
     raise ValueError(f"no bAbI results in {path!r} (expected {file}); run launch.babi_all "
                      "with that --workdir first.")
+  if not _is_babi_results(out):
+    raise ValueError(f"{file} is not the results of launch.babi_all (no 'settings' and "
+                     "'tasks' of a bAbI run); pass a launch.babi_all --workdir or its "
+                     "results.json.")
   return out
+
+
+def _is_babi_results(out) -> bool:
+  return (isinstance(out, dict) and isinstance(out.get("settings"), dict)
+          and isinstance(out.get("tasks"), dict)
+          and all(name in out["settings"] for name in ("version", "level", "cell", "lam")))
 
 
 def write_comparison(paths: Sequence[str], out_path: str) -> str:
@@ -550,3 +619,33 @@ def write_comparison(paths: Sequence[str], out_path: str) -> str:
   os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
   utils.write_text(out_path, text)
   return text
+
+
+def run_cells(cells: Sequence[str], task_ids: Sequence[int], workdir: str,
+              settings: Settings, compare_out: Optional[str] = None,
+              log: Callable[[str], None] = logging.info) -> Optional[str]:
+  """Every cell of ``cells`` (``settings`` with that ``cell``) on each sub-task in turn,
+  each in ``<workdir>/<cell>`` (its results in ``<workdir>/<cell>/results.json``), then
+  their comparison (:func:`write_comparison`) in ``compare_out`` (default
+  ``<workdir>/comparison.md``). A preempted sub-task ends the run before the comparison.
+
+  Returns:
+    The comparison's Markdown, or ``None`` if preempted.
+
+  Raises:
+    ValueError: for a bad sub-task number or setting of any cell, or a cell's results
+      of other settings, before anything trains.
+  """
+  runs = [(dataclasses.replace(settings, cell=c), os.path.join(workdir, c)) for c in cells]
+  for s, d in runs:
+    check_settings(task_ids, s)
+    for k in task_ids:
+      subtask_config(k, s)                  # validated: e.g. a cell the registry lacks
+    check_results(os.path.join(d, "results.json"), s)
+  for k in task_ids:
+    for s, d in runs:
+      out = run_subtasks([k], d, s, log=log)
+      if out["tasks"][str(k)].get("stop_reason") == "preempted":
+        return None
+  return write_comparison([d for _, d in runs],
+                          compare_out or os.path.join(workdir, "comparison.md"))
