@@ -35,8 +35,8 @@ of wall-clock time. Re-running with the same workdir resumes every model where i
 (and skips the finished ones). The models run one after the other; to use more cores
 or machines, start one process per model with the same ``--workdir`` (``--models=lstm``
 on one, ``--models=lstmn`` on another): each model's folder is locked by its run, the
-shared results files are replaced whole, and a last run of the full command (which skips
-the finished models) writes them with every model. ``--seeds=0,1,2`` trains every model
+shared results files are replaced whole, each time with every model that has results on
+disk (one seed or several), so the last process to finish reports them all. ``--seeds=0,1,2`` trains every model
 once per seed, in ``<workdir>/<experiment>/<model>/seed<k>/``, and reports the mean ±
 sample standard deviation over the seeds (with ``n``) in ``results.json`` /
 ``results.md``; the figure draws one curve per seed. One seed (``--seeds=3``, the same as

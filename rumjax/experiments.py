@@ -21,7 +21,11 @@ seed, each seed in its own workdir ``<model>/seed<k>/`` (resumed and skipped lik
 run), and the experiment reports per model the mean and the sample standard deviation over
 the seeds of every metric (:func:`aggregate_records`; the table shows ``mean ± std`` and
 ``n``; the figures draw one curve per seed). One seed keeps the single-run layout, and a
-seed that ran alone before stays there when seeds are added (:func:`seed_dir`).
+seed that ran alone before stays there when seeds are added (:func:`seed_dir`). The results
+always report every model that has results in the experiment's folder, however it ran: a
+run of some models reports the others as they are on disk (a model with seed folders as
+the mean ± std over all of its seeds, :func:`saved_seeds`), so one table may mix a model
+of several seeds with one of a single run (``n`` = 1, its plain values).
 
 An experiment's folder ``<workdir>/<experiment>/`` holds
 
@@ -335,6 +339,27 @@ def _check_no_seed_folders(model_dir: str) -> None:
         f"{model_dir!r} holds the runs of seeds {', '.join(seeds)} (given together with "
         f"--seeds): pass --seeds={','.join(seeds)} again (finished seeds do not train "
         "again; add a seed to train it beside them), or use another --workdir.")
+
+
+_SEED_FOLDER = re.compile(r"seed(-?\d+)")
+
+
+def saved_seeds(exp_dir: str, key: str) -> Optional[list[int]]:
+  """The seeds of model ``key``'s several-seed run in ``exp_dir``: the seed that ran alone
+  first in ``<key>/`` (the seed of its ``result.json``, :func:`seed_dir`), then those of
+  its ``seed<k>/`` folders in numeric order; ``None`` for a model without seed folders (a
+  single run, or none). Reads only."""
+  model_dir = os.path.join(exp_dir, key)
+  names = os.listdir(model_dir) if os.path.isdir(model_dir) else []
+  folders = sorted(int(m.group(1)) for m in map(_SEED_FOLDER.fullmatch, names)
+                   if m and os.path.isdir(os.path.join(model_dir, m.group(0))))
+  if not folders:
+    return None
+  single = utils.read_json(os.path.join(model_dir, RESULT_FILE)) or {}
+  alone = (single.get("config") or {}).get("seed")
+  if alone is None or str(alone) in map(str, folders):
+    return folders
+  return [alone, *folders]
 
 
 def parse_overrides(items: Sequence[str]) -> dict:
@@ -730,21 +755,22 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   options = options or Options()
   check_options(options)
   seeds = run_seeds(options) if multi_seed(options) else None
+  selected = select_models(exp, keys)
   runs = []
   for seed in run_seeds(options):
-    for key in select_models(exp, keys):
+    for key in selected:
       seed_options = dataclasses.replace(options, seed=seed, seeds=None)
       runs.append((key, seed, model_config(exp, key, seed_options),
                    pretrain_config(exp, key, seed_options)))
   training.check_writable(workdir)
   exp_dir = os.path.join(workdir, exp.name)
   if not seeds:
-    for key in select_models(exp, keys):
+    for key in selected:
       _check_no_seed_folders(os.path.join(exp_dir, key))
   for key, seed, config, pre_config in runs:
     seed = seed if seeds else None   # one seed: the single-run layout
     record = train_experiment_model(exp, key, config, exp_dir, options, seed, pre_config)
-    finish_experiment(exp, exp_dir, seeds)
+    finish_experiment(exp, exp_dir, seeds, selected)
     log(json.dumps({"experiment": exp.name, "model": key,
                     **({} if seed is None else {"seed": seed}), "steps": record["steps"],
                     "status": record["status"],
@@ -752,7 +778,7 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
                     **{k: v for k, v in record["metrics"].items() if k.startswith("test_")}}))
     if record["status"] == "preempted":
       break
-  return finish_experiment(exp, exp_dir, seeds)
+  return finish_experiment(exp, exp_dir, seeds, selected)
 
 
 def aggregate_records(records: Sequence[dict]) -> dict:
@@ -822,44 +848,102 @@ def _read_record(run_dir: str) -> Optional[dict]:
   return None if record is None else dict(record, evals=eval_history(run_dir))
 
 
+def _seeds_record(exp_dir: str, key: str, seeds: Sequence[Any]) -> Optional[dict]:
+  """The :func:`aggregate_records` record of model ``key``'s runs of ``seeds`` that have a
+  ``result.json`` (:func:`seed_dir`), or ``None`` if none has."""
+  found = [_read_record(seed_dir(exp_dir, key, s)) for s in seeds]
+  found = [r for r in found if r is not None]
+  return aggregate_records(found) if found else None
+
+
+def saved_record(exp_dir: str, key: str) -> Optional[dict]:
+  """Model ``key``'s results as they are in ``exp_dir``, however it ran: with seed folders,
+  the :func:`aggregate_records` record of all its seeds (:func:`saved_seeds`), else the
+  record of its single run (``<key>/result.json``); ``None`` if it has no results."""
+  seeds = saved_seeds(exp_dir, key)
+  if seeds:
+    return _seeds_record(exp_dir, key, seeds)
+  return _read_record(os.path.join(exp_dir, key))
+
+
 def experiment_summary(exp: Experiment, exp_dir: str,
-                       seeds: Optional[Sequence[int]] = None) -> dict:
+                       seeds: Optional[Sequence[int]] = None,
+                       keys: Optional[Sequence[str]] = None) -> dict:
   """``results.json``: the experiment, the hardware, and per model (in the experiment's
-  order, those with a ``result.json``) its record with the paper's numbers as
-  ``"paper"`` and its periodic evaluations as ``"evals"`` (:func:`eval_history`). With
-  ``seeds`` (several): the records of ``<key>/seed<k>/`` that exist,
-  as one :func:`aggregate_records` record per model, and ``"seeds"``."""
+  order) that has results in ``exp_dir`` its record with the paper's numbers as
+  ``"paper"`` and its periodic evaluations as ``"evals"`` (:func:`eval_history`).
+
+  Every model with results is reported, however it ran (:func:`saved_record`): a single
+  run as its own record, several seeds as one :func:`aggregate_records` record of all of
+  its seeds. With ``seeds`` (several, the seeds of a run of the models ``keys``, default:
+  all of them), those models report the records of just these seeds that exist (a model
+  with none of them yet, what it has). ``"seeds"`` (only when some record is of seeds):
+  ``seeds``, then the other seeds of the records in numeric order."""
   models = {}
   for key in exp.models:
-    if seeds:
-      found = [_read_record(seed_dir(exp_dir, key, s)) for s in seeds]
-      found = [r for r in found if r is not None]
-      record = aggregate_records(found) if found else None
-    else:
-      record = _read_record(os.path.join(exp_dir, key))
+    record = None
+    if seeds and (keys is None or key in keys):
+      record = _seeds_record(exp_dir, key, seeds)
+    if record is None:
+      record = saved_record(exp_dir, key)
     if record is not None:
       models[key] = dict(record, paper=exp.paper.get(key))
   summary = {"experiment": exp.name, "task": exp.task.name, "variant": exp.variant,
              "paper_source": exp.paper_source, "hardware": hardware_info(),
              "models": models}
-  if seeds:
-    summary["seeds"] = list(seeds)
+  found = [s for r in models.values() if "runs" in r for s in r["seeds"]]
+  if seeds or found:
+    listed = list(seeds or ())
+    others = {str(s): s for s in found if str(s) not in map(str, listed)}
+    summary["seeds"] = listed + sorted(others.values(), key=_seed_order)
   return summary
+
+
+def _seed_order(seed) -> tuple:
+  """Seeds in numeric order (a seed that is not an integer after them)."""
+  try:
+    return (0, int(seed), "")
+  except (TypeError, ValueError):
+    return (1, 0, str(seed))
+
+
+def _row_seeds(record: dict) -> list:
+  """The seeds of a summary record: an aggregate's, or the single run's config seed."""
+  if "runs" in record:
+    return list(record["seeds"])
+  return [(record.get("config") or {}).get("seed")]
+
+
+def _seeds_line(summary: dict) -> str:
+  """The line above a table with seeds: the seeds and what ``mean ± std`` and ``n`` are;
+  per model when the models ran different seeds (a model of a single run beside models of
+  several, or seeds that are not the ones of a run that some of them have yet to reach)."""
+  rows = list(summary["models"].values())
+  sets = [set(map(str, _row_seeds(r))) for r in rows]
+  nested = all("runs" in r for r in rows) and all(a <= b or b <= a for a in sets for b in sets)
+  if nested:
+    return (f"Seeds {', '.join(map(str, summary['seeds']))}: mean ± sample standard "
+            "deviation (n - 1) over the n seeds run; steps and wall time per seed.")
+  per_model = "; ".join(
+      f"{r['label']} {', '.join(map(str, _row_seeds(r)))}" + ("" if "runs" in r else " (one run)")
+      for r in rows)
+  return (f"Seeds per model: {per_model}. Mean ± sample standard deviation (n - 1) over a "
+          "model's n seeds; steps and wall time per seed.")
 
 
 def results_markdown(exp: Experiment, summary: dict) -> str:
   """The experiment's Markdown table: model, params, steps, wall time, the experiment's
   columns and the status, under the hardware and the experiment's notes. With several
-  seeds: ``mean ± std`` (sample std) over the seeds, a column ``n`` (the seeds run so
-  far), and steps and wall time per seed (the wall time's mean)."""
+  seeds (``summary["seeds"]``): ``mean ± std`` (sample std) over the seeds, a column ``n``
+  (the seeds run so far; 1 for a model of a single run, whose values show as they are),
+  and steps and wall time per seed (the wall time's mean)."""
   hw = summary["hardware"]
   seeds = summary.get("seeds")
   lines = [f"### {summary['experiment']}", "",
            f"Hardware: {hw['platform']} ({hw['cpu_model']}, {hw['cpu_count']} CPUs), "
            f"jax {hw['jax_version']}.", ""]
   if seeds:
-    lines += [f"Seeds {', '.join(map(str, seeds))}: mean ± sample standard deviation "
-              "(n - 1) over the n seeds run; steps and wall time per seed.", ""]
+    lines += [_seeds_line(summary), ""]
   if exp.notes is not None and summary["models"]:
     lines += [*exp.notes(summary), ""]
   header = ["model", "params", "steps", "wall (min)", *(["n"] if seeds else []),
@@ -878,8 +962,9 @@ def results_markdown(exp: Experiment, summary: dict) -> str:
 
 
 def metric_curves(exp_dir: str, summary: dict, names: Sequence[str]) -> dict:
-  """``{label: {name: (steps, values)}}`` of the models' ``metrics.jsonl``; with several
-  seeds one curve per seed, labelled ``"<label> s<seed>"``."""
+  """``{label: {name: (steps, values)}}`` of the models' ``metrics.jsonl``: a model of
+  several seeds (an :func:`aggregate_records` record) one curve per seed, labelled
+  ``"<label> s<seed>"``, one of a single run one curve labelled ``"<label>"``."""
   out = {}
   for key, r in summary["models"].items():
     if "runs" in r:
@@ -893,11 +978,13 @@ def metric_curves(exp_dir: str, summary: dict, names: Sequence[str]) -> dict:
 
 
 def finish_experiment(exp: Experiment, exp_dir: str,
-                      seeds: Optional[Sequence[int]] = None) -> dict:
-  """Writes ``results.json``, ``results.md`` and the experiment's plot (``seeds``: as in
-  :func:`experiment_summary`); returns the summary."""
+                      seeds: Optional[Sequence[int]] = None,
+                      keys: Optional[Sequence[str]] = None) -> dict:
+  """Writes ``results.json``, ``results.md`` and the experiment's plot (``seeds`` and
+  ``keys``: as in :func:`experiment_summary`: every model with results); returns the
+  summary."""
   os.makedirs(exp_dir, exist_ok=True)
-  summary = experiment_summary(exp, exp_dir, seeds)
+  summary = experiment_summary(exp, exp_dir, seeds, keys)
   utils.write_json(os.path.join(exp_dir, "results.json"), summary)
   utils.write_text(os.path.join(exp_dir, "results.md"), results_markdown(exp, summary))
   if exp.plot is not None and summary["models"]:

@@ -344,6 +344,12 @@ def test_command_lines(runs, tmp_path):
        f"--workdir={tmp_path}", "--models=rum_lam9"], cwd=REPO, env=env,
       capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "unknown model(s) ['rum_lam9']" in proc.stderr
+  proc = subprocess.run(   # an empty --experiment (an unset shell variable) did nothing
+      [sys.executable, "-m", "launch.reproduce", "--experiment=", f"--workdir={tmp_path}"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: --experiment is empty; name one or more of ["), proc.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------- seeds
@@ -449,6 +455,115 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
                                  log=lambda _: None)
   assert _lines(os.path.join(root, "recall_T30", "results.json")) == results
   assert _lines(os.path.join(single, "metrics.jsonl")) == before
+
+
+def test_a_run_of_some_models_keeps_the_others_however_they_ran(tmp_path):
+  """Running a further model never drops another's rows from ``results.json``,
+  ``results.md`` or the figure: a model of several seeds beside one of a single run (the
+  reviewer's ``--models=gru --seeds=1,2`` then ``--models=rum_lam1``), in either order."""
+  root, exp = str(tmp_path), EXPERIMENTS["recall_T30"]
+  exp_dir = os.path.join(root, "recall_T30")
+  options = experiments.Options(tiny=True, steps=1, eval_every=1, log_every=1, seeds=(1, 2))
+  experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
+  gru_runs = {s: _lines(os.path.join(exp_dir, "gru", f"seed{s}", "result.json"))
+              for s in (1, 2)}
+  single = dataclasses.replace(options, seeds=None)          # rum_lam1: config seed 0
+  summary = experiments.run_experiment(exp, root, ["rum_lam1"], single, log=lambda _: None)
+  with open(os.path.join(exp_dir, "results.json")) as f:
+    on_disk = json.load(f)
+  assert list(on_disk["models"]) == list(summary["models"]) == ["rum_lam1", "gru"]
+  gru, rum = summary["models"]["gru"], summary["models"]["rum_lam1"]
+  assert (gru["seeds"], gru["n"], sorted(gru["runs"])) == ([1, 2], 2, ["1", "2"])
+  assert gru["metrics_std"]["test_loss"] is not None and gru["paper"] is not None
+  assert "runs" not in rum and rum["config"]["seed"] == 0 and rum["steps"] == 1
+  assert summary["seeds"] == [1, 2]
+  with open(os.path.join(exp_dir, "results.md")) as f:
+    table = f.read()
+  assert ("Seeds per model: RUM λ=1 η=N/A (tiny) 0 (one run); GRU (tiny) 1, 2. Mean ± "
+          "sample standard deviation (n - 1) over a model's n seeds") in table
+  assert "| model | params | steps | wall (min) | n |" in table
+  acc = 100 * np.array([gru["runs"][s]["metrics"]["test_accuracy"] for s in ("1", "2")])
+  rows = {line.split(" | ")[0][2:]: line for line in table.splitlines()
+          if line.startswith("| ") and "(tiny)" in line}
+  assert list(rows) == ["RUM λ=1 η=N/A (tiny)", "GRU (tiny)"]
+  assert f"| 1 | 13k | {100 * rum['metrics']['test_accuracy']:.1f} | 100.0 | ok |" in (
+      rows["RUM λ=1 η=N/A (tiny)"])
+  assert f"| 2 | 14k | {acc.mean():.1f} ± {acc.std(ddof=1):.1f} | 21.5 | ok |" in (
+      rows["GRU (tiny)"])
+  curves = experiments.metric_curves(exp_dir, summary, ("train_loss",))
+  assert list(curves) == ["RUM λ=1 η=N/A (tiny)", "GRU (tiny) s1", "GRU (tiny) s2"]
+  assert all(len(c["train_loss"][0]) == 1 for c in curves.values())
+  _assert_png(os.path.join(exp_dir, "recall_T30.png"))
+  # The other order: a several-seed run (nothing left to train) keeps the single run, whose
+  # seed 0 is not among the run's.
+  summary = experiments.run_experiment(exp, root, ["gru"], options, log=lambda _: None)
+  assert list(summary["models"]) == ["rum_lam1", "gru"]
+  assert summary["models"]["rum_lam1"]["metrics"] == rum["metrics"]
+  assert summary["models"]["gru"]["runs"].keys() == gru["runs"].keys()
+  assert "RUM λ=1 η=N/A (tiny) 0 (one run)" in _lines(os.path.join(exp_dir, "results.md"))[4]
+  # One seed of gru alone stays refused, and nothing saved changed.
+  results = _lines(os.path.join(exp_dir, "results.json"))
+  with pytest.raises(training.WorkdirError, match=r"holds the runs of seeds 1, 2 "):
+    experiments.run_experiment(exp, root, ["gru"], single, log=lambda _: None)
+  assert _lines(os.path.join(exp_dir, "results.json")) == results
+  assert {s: _lines(os.path.join(exp_dir, "gru", f"seed{s}", "result.json"))
+          for s in (1, 2)} == gru_runs
+
+
+def test_the_summary_reports_every_model_on_disk(tmp_path):
+  """:func:`experiment_summary` of records on disk: a model of several seeds reports all of
+  its seeds (the one run alone first in its folder included) unless it is one of the run's
+  models, which report the run's seeds; the table's seeds line."""
+  exp, exp_dir = EXPERIMENTS["recall_T30"], str(tmp_path)
+
+  def save(path, seed, acc):
+    record = {"model": path.split("/")[0], "label": path.split("/")[0].upper(),
+              "config": {"seed": seed}, "num_params": 7, "steps": 2, "target_steps": 2,
+              "status": "ok", "metrics": {"test_accuracy": acc}, "wall_sec_total": 60.0,
+              "cpu_sec_total": 60.0}
+    utils.write_json(os.path.join(exp_dir, path, "result.json"), record)
+
+  save("gru/seed0", 0, 0.1), save("gru/seed1", 1, 0.3)            # run with --seeds=0,1
+  save("lstm", 5, 0.2), save("lstm/seed10", 10, 0.4)              # seed 5 alone, then 5,10
+  save("lstm/seed2", 2, 0.6)                                      # and later 5,2
+  save("rum_lam1", 0, 0.5)                                        # a single run
+  os.makedirs(os.path.join(exp_dir, "rum_lam0", "seed3"))         # a seed not finished yet
+  save("rum_lam0", 7, 0.9)
+  os.makedirs(os.path.join(exp_dir, "fwln", "seedling", "x"))     # not a seed folder
+  save("fwln", 4, 0.8)
+  summary = experiments.experiment_summary(exp, exp_dir)
+  models = summary["models"]
+  assert list(models) == ["rum_lam1", "rum_lam0", "lstm", "gru", "fwln"]
+  assert experiments.saved_seeds(exp_dir, "lstm") == [5, 2, 10]
+  assert experiments.saved_seeds(exp_dir, "rum_lam1") is None
+  assert experiments.saved_seeds(exp_dir, "rum_lam0") == [7, 3]
+  assert experiments.saved_seeds(exp_dir, "fwln") is None
+  assert experiments.saved_seeds(exp_dir, "goru") is None
+  assert (models["lstm"]["seeds"], models["lstm"]["metrics"]["test_accuracy"]) == (
+      [5, 2, 10], pytest.approx(0.4))
+  assert models["gru"]["seeds"] == [0, 1] and models["rum_lam0"]["seeds"] == [7]
+  assert "runs" not in models["rum_lam1"] and "runs" not in models["fwln"]
+  assert summary["seeds"] == [0, 1, 2, 5, 7, 10]
+  table = experiments.results_markdown(exp, summary)
+  assert ("Seeds per model: RUM_LAM1 0 (one run); RUM_LAM0 7; LSTM 5, 2, 10; GRU 0, 1; "
+          "FWLN 4 (one run). Mean ± sample standard deviation (n - 1)") in table
+  assert "| LSTM | 7 | 2 | 1.0 | 3 |" in table and "| FWLN | 7 | 2 | 1.0 | 1 |" in table
+  # A run of gru with seeds 1, 2: gru reports those (seed 2 not run yet), lstm all of its.
+  summary = experiments.experiment_summary(exp, exp_dir, seeds=[1, 2], keys=["gru"])
+  assert summary["models"]["gru"]["seeds"] == [1]
+  assert summary["models"]["lstm"]["seeds"] == [5, 2, 10]
+  assert summary["seeds"] == [1, 2, 5, 7, 10]
+  # Without keys, the seeds apply to every model that has any of them (the others: as saved).
+  summary = experiments.experiment_summary(exp, exp_dir, seeds=[0, 2])
+  assert summary["models"]["gru"]["seeds"] == [0] and summary["models"]["lstm"]["seeds"] == [2]
+  assert summary["models"]["rum_lam1"]["seeds"] == [0]   # seed 0, run alone first
+  assert summary["models"]["lstm"]["n"] == 1 and "runs" not in summary["models"]["fwln"]
+  # Models of the same seeds (or of a run's seeds, some not reached yet): one seeds line.
+  for key in ("lstm", "rum_lam1", "rum_lam0", "fwln"):
+    del summary["models"][key]
+  summary["seeds"] = [0, 1]
+  assert "Seeds 0, 1: mean ± sample standard deviation (n - 1) over the n seeds run" in (
+      experiments.results_markdown(exp, summary))
 
 
 def test_eval_history_reads_the_periodic_evaluations(tmp_path):
