@@ -325,16 +325,13 @@ def _check_one_seed(model_dir: str, seed) -> None:
           "one trains in its own seed folder), or use another --workdir.")
 
 
-def _check_no_seed_folders(model_dir: str) -> None:
-  """One-line :class:`rumjax.training.WorkdirError` if ``model_dir`` holds the
-  ``seed<k>/`` folders of a several-seed run: one seed alone would train again in
-  ``model_dir`` and ``results.json`` would lose the seeds' means. Reads only."""
-  names = os.listdir(model_dir) if os.path.isdir(model_dir) else []
-  found = sorted(n[len("seed"):] for n in names
-                 if n.startswith("seed") and os.path.isdir(os.path.join(model_dir, n)))
-  if found:
-    single = (utils.read_json(os.path.join(model_dir, "config.json")) or {}).get("seed")
-    seeds = ([] if single is None else [str(single)]) + found   # a seed run alone first
+def _check_no_seed_folders(exp_dir: str, key: str) -> None:
+  """One-line :class:`rumjax.training.WorkdirError` if model ``key`` holds the
+  ``seed<k>/`` folders of a several-seed run (:func:`saved_seeds`): one seed alone would
+  train again in ``<key>/`` and ``results.json`` would lose the seeds' means. Reads only."""
+  model_dir = os.path.join(exp_dir, key)
+  seeds = [str(s) for s in saved_seeds(exp_dir, key) or ()]
+  if seeds:
     raise training.WorkdirError(
         f"{model_dir!r} holds the runs of seeds {', '.join(seeds)} (given together with "
         f"--seeds): pass --seeds={','.join(seeds)} again (finished seeds do not train "
@@ -766,7 +763,7 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   exp_dir = os.path.join(workdir, exp.name)
   if not seeds:
     for key in selected:
-      _check_no_seed_folders(os.path.join(exp_dir, key))
+      _check_no_seed_folders(exp_dir, key)
   for key, seed, config, pre_config in runs:
     seed = seed if seeds else None   # one seed: the single-run layout
     record = train_experiment_model(exp, key, config, exp_dir, options, seed, pre_config)

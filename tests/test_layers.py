@@ -10,9 +10,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = {
     # The mesh below the equations: the RUM kernel splits the batch over the mesh in
     # context (XLA cannot partition its custom call), so rumjax.core reads it.
+    "rumjax.registry": -2, "rumjax.utils": -2,   # names and files: no rumjax import
     "rumjax.sharding": -1,
-    "rumjax.core": 0, "rumjax.decoding": 0, "rumjax.metrics": 0,
-    "rumjax.registry": 0, "rumjax.configs": 0, "rumjax.utils": 0,
+    "rumjax.core": 0, "rumjax.decoding": 0, "rumjax.metrics": 0, "rumjax.configs": 0,
     "rumjax.cells": 1, "rumjax.layers": 1, "rumjax.evaluators": 1,
     "rumjax.models": 2, "rumjax.training": 2, "rumjax.nnx": 2,
     "rumjax.analysis": 3, "rumjax.benchmarks": 3,
