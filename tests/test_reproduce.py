@@ -457,6 +457,7 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
   assert _lines(os.path.join(single, "metrics.jsonl")) == before
 
 
+@pytest.mark.slow   # ~20 s: trains; test_the_summary_reports_every_model_on_disk is the fast one
 def test_a_run_of_some_models_keeps_the_others_however_they_ran(tmp_path):
   """Running a further model never drops another's rows from ``results.json``,
   ``results.md`` or the figure: a model of several seeds beside one of a single run (the
