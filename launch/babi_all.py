@@ -122,6 +122,13 @@ def compare(paths, out_path) -> None:
 def cells_problem(values) -> Optional[str]:
   """Why ``--cells`` cannot run with the other flags, or ``None``: each cell writes its
   own ``<workdir>/<cell>/results.json``, so one ``--results`` file cannot hold them."""
+  repeated = sorted({c for c in values.cells if values.cells.count(c) > 1})
+  if repeated:
+    return (f"--cells={','.join(values.cells)} names {', '.join(repeated)} more than once; "
+            "name each cell once.")
+  if values.cells and values.compare:
+    return ("--cells does not go with --compare (which only compares finished runs); "
+            "run --cells alone: it writes the comparison itself.")
   if values.cells and values.results:
     return (f"--results={values.results} does not go with --cells (each cell writes "
             "<workdir>/<cell>/results.json); leave --results out (--compare_out names "

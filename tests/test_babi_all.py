@@ -451,6 +451,19 @@ def test_command_line_refuses_other_settings(run, tmp_path):
   assert not os.path.exists(tmp_path / "cells") and not os.path.exists(tmp_path / "r.json")
 
 
+def test_cells_problem_refuses_a_repeated_cell_and_compare():
+  """--cells=rum,rum trained (resumed) one cell twice and compared it with itself;
+  --cells with --compare silently ran the comparison alone."""
+  import types
+  values = lambda **kw: types.SimpleNamespace(**{"cells": [], "compare": [], "results": None,
+                                                 **kw})
+  assert babi_all.cells_problem(values(cells=["rum", "lstm"])) is None
+  assert babi_all.cells_problem(values(cells=["rum", "lstm", "rum"])) == (
+      "--cells=rum,lstm,rum names rum more than once; name each cell once.")
+  assert babi_all.cells_problem(values(cells=["rum"], compare=["/tmp/a"])).startswith(
+      "--cells does not go with --compare")
+
+
 def test_read_results_names_a_file_that_is_not_babi_results(tmp_path):
   for content in ('{"settings": {"T": 30}, "recall": 1.0}', "[1, 2]",
                   '{"settings": null, "tasks": {}}'):
