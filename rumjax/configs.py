@@ -153,6 +153,14 @@ def fill_added_fields(saved: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
         node = node[key]
       else:
         node[leaf] = value
+  # Every evaluator entry gained batches_at_end (None: its batches) on 2026-11-29.
+  new_evals = new.get("evals") if isinstance(new.get("evals"), Mapping) else {}
+  for name, entry in (out.get("evals") or {}).items():
+    new_entry = new_evals.get(name)
+    if (isinstance(entry, dict) and isinstance(new_entry, Mapping)
+        and "batches_at_end" not in entry and "batches_at_end" in new_entry
+        and new_entry["batches_at_end"] is None):
+      entry["batches_at_end"] = None
   return out
 
 

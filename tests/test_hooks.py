@@ -281,3 +281,54 @@ def test_an_early_stopped_run_writes_each_evaluation_once_and_a_rerun_writes_not
   after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*")
            if p.is_file() and p.name != "run.lock"}
   assert after == files
+
+
+def test_a_kill_during_the_final_evaluation_of_an_early_stopped_run_evaluates_again(
+    tmp_path):
+  """The stop lands on an evaluation step whose periodic run reads 1 batch and whose final
+  run the whole split (batches_at_end=0). Killed before the final record, the rerun
+  (stopped again at once) took the 1-batch record for the final evaluation."""
+  def run():
+    c = _config(num_steps=100, eval_every=2)
+    c.evals.eval.batches, c.evals.eval.batches_at_end = 1, 0
+    return training.train_and_evaluate(
+        c, str(tmp_path), toy_task.TASK,
+        hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=1)])
+  first = run()
+  path = tmp_path / "metrics.jsonl"
+  records = [json.loads(line) for line in open(path)]
+  evals = [(r["step"], r["eval_loss"]) for r in records if "eval_loss" in r]
+  assert [s for s, _ in evals] == [2, 4, 4] and evals[1][1] != evals[2][1]
+  last = max(i for i, r in enumerate(records) if "eval_loss" in r)   # the kill
+  path.write_text("".join(json.dumps(r) + "\n" for i, r in enumerate(records) if i != last))
+  again = run()
+  assert again["step"] == 4 and again["eval_loss"] == first["eval_loss"]
+  assert [(r["step"], r["eval_loss"]) for r in map(json.loads, open(path))
+          if "eval_loss" in r] == evals
+
+
+class _StopAt:
+  def __init__(self, step):
+    self.step = step
+
+  def after_step(self, step, state, ctx):
+    if step == self.step:
+      ctx.request_stop("budget")
+
+
+def test_a_stop_on_a_checkpoint_step_does_not_count_its_window_twice(tmp_path):
+  """A stop at step 6 writes the training record of steps 6 (5 was the last log step); the
+  checkpoint at 6 was saved before it with those steps as its window, which the resumed
+  run counted again at step 10. With or without a checkpoint at the stop, the resumed
+  run's record at 10 covers steps 7-10."""
+  def train(name, checkpoint_every):
+    c = _config(num_steps=12, log_every=5, checkpoint_every=checkpoint_every,
+                keep_checkpoints=10)
+    workdir = str(tmp_path / name)
+    training.train_and_evaluate(c, workdir, toy_task.TASK, hooks=[_StopAt(6)])
+    training.train_and_evaluate(c, workdir, toy_task.TASK)
+    return {r["step"]: r["train_loss"] for r in map(json.loads, open(
+        os.path.join(workdir, "metrics.jsonl"))) if "train_loss" in r}
+  on_checkpoint, between = train("on", 3), train("between", 4)
+  assert sorted(on_checkpoint) == sorted(between) == [5, 6, 10, 12]
+  assert on_checkpoint == between

@@ -224,3 +224,18 @@ def test_the_plateau_rule_with_a_urnn_is_refused_before_training(tmp_path):
   assert not (tmp_path / "run").exists()
   c.lr_plateau_factor = 1.0
   assert training.train_and_evaluate(c, str(tmp_path / "run"), copying.TASK)["step"] == 2
+
+def test_a_urnn_run_with_the_plateau_rule_saved_before_the_check_still_evaluates(
+    tmp_path, monkeypatch):
+  """The check sat in every checkpoint load: such a run (trained before the check existed)
+  could not be evaluated or predicted. It is on the training path only."""
+  from rumjax import training
+  from rumjax.training import optim
+  c = small_config(num_steps=2)
+  c.model.cell = "urnn"
+  c.update(lr_plateau_factor=0.5, lr_plateau_metric="test_loss")
+  with monkeypatch.context() as m:   # the run as trained before the check
+    m.setattr(optim, "check_plateau_reaches", lambda config, params: None)
+    trained = training.train_and_evaluate(c, str(tmp_path / "run"), copying.TASK)
+  metrics = training.evaluate_checkpoint(c, str(tmp_path / "run"), copying.TASK)
+  assert metrics["step"] == 2 and metrics["test_loss"] == trained["test_loss"]

@@ -58,6 +58,23 @@ def test_a_field_added_since_the_run_resumes_at_its_old_behaviour_value():
   assert configs.fill_added_fields(saved, {"model": {}}) == saved   # nothing to fill
 
 
+def test_a_finished_run_saved_before_batches_at_end_is_still_finished(tmp_path):
+  """Every evaluator entry gained batches_at_end (None) on 2026-11-29: a result.json saved
+  before counted as another config, so launch.reproduce and babi_all entered every
+  finished run again."""
+  import tasks
+  from rumjax import experiments, utils
+  config = tasks.get_task("recall").get_config()
+  old = configs.as_json(config)
+  for entry in old["evals"].values():
+    del entry["batches_at_end"]
+  del old["imports"]
+  utils.write_json(str(tmp_path / "result.json"), {"status": "ok", "config": old})
+  assert experiments.finished(config, str(tmp_path))["status"] == "ok"
+  config.evals.test.batches_at_end = 0   # a real change of the final evaluation
+  assert experiments.finished(config, str(tmp_path)) is None
+
+
 def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
   workdir = str(tmp_path / "run")
   training.train_and_evaluate(_config(num_steps=5), workdir, toy_task.TASK)

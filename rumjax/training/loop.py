@@ -164,7 +164,6 @@ def _init_state(config, task, model, tx, sample_batch, mesh,
   if init_from and config.get("init_from"):
     params = checkpoint_lib.restore_params(config.init_from, params)
     logging.info("Initialised parameters from %s.", config.init_from)
-  optim.check_plateau_reaches(config, params)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=jax.random.key_data(base_key), model_state=model_state)
 
@@ -368,6 +367,7 @@ def _restore(config, task, model, tx, mesh, workdir):
   try:
     saved = bool(checkpointer.manager.all_steps())
     state = _init_state(config, task, model, tx, sample_batch, mesh, init_from=not saved)
+    optim.check_plateau_reaches(config, state.params)   # training only: old runs evaluate
     restored = checkpointer.restore(_abstract(state, mesh))
     if restored is None and saved and config.get("init_from"):   # none was loadable
       state = _init_state(config, task, model, tx, sample_batch, mesh)
@@ -378,7 +378,10 @@ def _restore(config, task, model, tx, mesh, workdir):
   if restored is not None:
     state, data_state, ckpt_step, window = restored
     train_iter.set_state(data_state)
-    totals = metrics_lib.totals_from_json((window or {}).get("totals"))
+    # The steps since the last record, unless a stop at this step wrote them already (a
+    # stop on a checkpoint step keeps the window saved before its partial record).
+    if not any("steps_per_sec" in r for r in records_at(workdir, ckpt_step)):
+      totals = metrics_lib.totals_from_json((window or {}).get("totals"))
     logging.info("Resumed from the checkpoint at step %d.", ckpt_step)
   return _place(state, mesh), train_iter, checkpointer, totals
 
@@ -454,27 +457,42 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
     raise
 
 
-def finished_record(workdir: str, step: int, evals) -> Optional[dict]:
-  """The metrics of the final evaluation at ``step`` in ``<workdir>/metrics.jsonl`` (every
-  ``at_end`` evaluator's metrics, from the records at that step), or ``None`` if that
-  evaluation is not there (it never ran, or the run was killed during it)."""
+def records_at(workdir: str, step: int) -> list[dict]:
+  """The records of ``<workdir>/metrics.jsonl`` at ``step``, in order (a torn last line of
+  a killed run is skipped)."""
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.isfile(path):
-    return None
+    return []
   records = []
   with open(path) as f:
     for line in f:
       try:
         record = json.loads(line)
-      except ValueError:   # a torn last line of a killed run
+      except ValueError:
         continue
       if isinstance(record, dict) and record.get("step") == step:
         records.append(record)
-  metrics = {k: v for r in records for k, v in r.items() if k != "step"}
-  if not records or not all(any(k.startswith(ev.name + "_") for k in metrics)
-                            for ev in evals if ev.at_end):
+  return records
+
+
+def finished_record(workdir: str, step: int, evals, num_steps: int) -> Optional[dict]:
+  """The metrics of the final evaluation at ``step`` in ``<workdir>/metrics.jsonl`` (every
+  ``at_end`` evaluator's metrics, from the records at that step, the last one winning), or
+  ``None`` if that evaluation is not there (it never ran, or the run was killed during
+  it). An evaluator that also ran periodically at ``step`` on other batches (a stop on an
+  evaluation step, ``batches_at_end``) needs its second, final record there."""
+  records = records_at(workdir, step)
+  for ev in evals:
+    if not ev.at_end:
+      continue
+    written = sum(any(k.startswith(ev.name + "_") for k in r) for r in records)
+    periodic_too = (ev.due(step, num_steps)
+                    and ev.batches_for(True) != ev.batches_for(False))
+    if written < (2 if periodic_too else 1):
+      return None
+  if not records:
     return None
-  return metrics
+  return {k: v for r in records for k, v in r.items() if k != "step"}
 
 
 def _stopped_before_start(workdir: str) -> dict:
@@ -516,7 +534,7 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     if step >= num_steps or ctx.stop_reason is not None:
       # Finished already (all steps, or a hook stops it again at once, e.g. early
       # stopping): with its final evaluation in metrics.jsonl there is nothing to do.
-      done = finished_record(workdir, step, evals)
+      done = finished_record(workdir, step, evals, num_steps)
       if done is not None:
         reason = "finished" if step >= num_steps else ctx.stop_reason
         how = reason if reason == "finished" else f"stopped ({reason})"
