@@ -306,3 +306,95 @@ def test_output_dense_is_flax_dense_with_float32_sums():
   np.testing.assert_allclose(grads["params"]["bias"], np.sum(np.asarray(ct, np.float64),
                                                               axis=(0, 1)), rtol=1e-5)
   assert grads["params"]["kernel"].dtype == jnp.float32
+
+
+# ------------------------------------------------------------------------ float32 sums
+
+# Flax's own modules add their biases in bfloat16 (their gradients are bfloat16 sums):
+# nn.GRUCell and nn.OptimizedLSTMCell ("gru", "lstm") and nn.MultiHeadDotProductAttention
+# (the Transformer and ReZero). Every other module of the zoo adds a bias or a residual
+# weight in float32 (rumjax.core.precision.add_bias / scale, rumjax.layers.dense.Dense).
+# Their sums, by the shape summed (the tiny models of _tiny):
+FLAX_MODULES = {"transformer": ("bfloat16[2,5,2,4]", "bfloat16[2,5,8]"),   # q/k/v, out bias
+                "rezero": ("bfloat16[2,5,2,4]", "bfloat16[2,5,8]"),
+                "bilstm": ("bfloat16[2,32]",),                              # LSTM gates
+                "lstm": ("bfloat16[2,24]",)}
+
+
+def _bfloat16_batch_sums(jaxpr, found):
+  """Appends the input shape of every bfloat16 ``reduce_sum`` over axis 0 (the batch:
+  a parameter's gradient sums its rows) in ``jaxpr`` and its sub-jaxprs."""
+  for eqn in jaxpr.eqns:
+    if (eqn.primitive.name == "reduce_sum" and 0 in eqn.params["axes"]
+        and eqn.outvars[0].aval.dtype == jnp.bfloat16):
+      found.append(str(eqn.invars[0].aval))
+    for sub in jax.tree.leaves(list(eqn.params.values()),
+                               is_leaf=lambda x: isinstance(x, jax.extend.core.ClosedJaxpr)):
+      if isinstance(sub, jax.extend.core.ClosedJaxpr):
+        _bfloat16_batch_sums(sub.jaxpr, found)
+      elif isinstance(sub, jax.extend.core.Jaxpr):
+        _bfloat16_batch_sums(sub, found)
+  return found
+
+
+OUR_CELLS = ("rum", "goru", "eurnn", "fwln", "urnn", "lnlstm")
+SUM_CASES = ([("tagger", c) for c in OUR_CELLS]
+             + [(n, "rum") for n in CELL_MODELS[1:] + ("pointer_generator",)]
+             + [(n, "gru") for n in models.MODELS.names() if n not in CELL_MODELS
+                and n != "pointer_generator"])
+
+
+@pytest.mark.parametrize("name,cell", SUM_CASES)
+def test_parameter_gradients_are_float32_sums_in_bfloat16(name, cell):
+  """Under the bfloat16 policy no parameter's gradient is a bfloat16 sum over the batch:
+  no bfloat16 ``reduce_sum`` over axis 0 in the gradient's jaxpr (Flax's own modules
+  excepted, :data:`FLAX_MODULES`)."""
+  m, kwargs, batch = _tiny(name, "bfloat16", cell)
+  model = models.build_model(m, **kwargs)
+  params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]
+  loss = lambda p: _loss(name, model.apply({"params": p}, batch), batch)
+  found = _bfloat16_batch_sums(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, [])
+  assert [s for s in found if not s.startswith(FLAX_MODULES.get(name, ()))] == []
+
+
+def test_hidden_dense_is_flax_dense_with_a_float32_bias():
+  """``rumjax.layers.dense.Dense``: nn.Dense's parameters and float32 values; in bfloat16
+  a bfloat16 result whose bias gradient is the float32 sum of the (bfloat16) cotangents
+  over the 240 rows."""
+  from rumjax.layers.dense import Dense
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 30, 16)), jnp.float32)
+  ct = jnp.asarray(np.random.default_rng(1).normal(size=(8, 30, 5)), jnp.bfloat16)
+  make = lambda dtype: Dense(5, dtype=dtype, precision=jax.lax.Precision.HIGHEST)
+  flax_dense = nn.Dense(5, precision=jax.lax.Precision.HIGHEST)
+  params = make(None).init(jax.random.key(0), x)
+  jax.tree.map(np.testing.assert_array_equal, params, flax_dense.init(jax.random.key(0), x))
+  np.testing.assert_array_equal(make(None).apply(params, x), flax_dense.apply(params, x))
+  np.testing.assert_array_equal(make(jnp.float32).apply(params, x),
+                                flax_dense.apply(params, x))
+  out, vjp = jax.vjp(lambda p: make(jnp.bfloat16).apply(p, x), params)
+  assert out.dtype == jnp.bfloat16
+  grads = vjp(ct)[0]["params"]
+  assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+  np.testing.assert_allclose(grads["bias"], np.sum(np.asarray(ct, np.float64), axis=(0, 1)),
+                             rtol=1e-5)
+
+
+def test_add_bias_and_scale_sum_their_gradients_in_float32():
+  """``add_bias`` / ``scale`` (rumjax.core.precision): exactly ``y + b`` / ``w * y`` in
+  float32; in bfloat16 a bfloat16 result and gradients that are float32 sums of the
+  cotangents over the rows (to float32 rounding)."""
+  from rumjax.core.precision import add_bias, scale
+  rng = np.random.default_rng(2)
+  y = jnp.asarray(rng.normal(size=(600, 7)), jnp.float32)
+  b, w = jnp.asarray(rng.normal(size=7), jnp.float32), jnp.asarray(0.7, jnp.float32)
+  np.testing.assert_array_equal(add_bias(y, b), y + b)
+  np.testing.assert_array_equal(scale(y, w), w * y)
+  y16 = y.astype(jnp.bfloat16)
+  ct = jnp.asarray(rng.normal(size=(600, 7)), jnp.bfloat16)
+  out, vjp = jax.vjp(lambda b: add_bias(y16, b), b)
+  assert out.dtype == jnp.bfloat16
+  np.testing.assert_allclose(vjp(ct)[0], np.sum(np.asarray(ct, np.float64), 0), rtol=1e-5)
+  out, vjp = jax.vjp(lambda w: scale(y16, w), w)
+  assert out.dtype == jnp.bfloat16
+  exact = np.sum(np.asarray(ct, np.float64) * np.asarray(y16, np.float64))
+  np.testing.assert_allclose(vjp(ct)[0], exact, rtol=1e-5)

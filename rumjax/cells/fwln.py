@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from rumjax.core import rum as rum_lib
+from rumjax.core.precision import add_bias
 from rumjax.cells.base import RecurrentCell, matmul, promote, resolve_precision
 from rumjax.cells.registry import register_cell
 
@@ -67,11 +68,10 @@ def fwln_step(params, carry, inputs, *, ln: Callable, decay: float = 0.95,
   check_inner_steps(inner_steps)
   f = rum_lib.get_activation(activation)
   precision = resolve_precision(precision)
-  inputs, (a_prev, h_prev), (kernel_h, kernel_x, bias) = promote(
-      dtype, inputs, params["kernel_x"], carry, params["kernel_h"], params["kernel_x"],
-      params["bias"])
-  boundary = (matmul(h_prev, kernel_h, precision) + matmul(inputs, kernel_x, precision)
-              + bias)
+  inputs, (a_prev, h_prev), (kernel_h, kernel_x) = promote(
+      dtype, inputs, params["kernel_x"], carry, params["kernel_h"], params["kernel_x"])
+  boundary = add_bias(matmul(h_prev, kernel_h, precision)
+                      + matmul(inputs, kernel_x, precision), params["bias"])
   a = decay * a_prev + fast_lr * (h_prev[..., :, None] * h_prev[..., None, :])
   h = f(boundary)
   for _ in range(inner_steps):

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.core.precision import add_bias
 from rumjax.cells.activations import modrelu
 from rumjax.cells.base import RecurrentCell, matmul, precise_state, promote
 from rumjax.cells.eurnn import (check_eunn, eunn_apply, eunn_num_angles, symmetric_uniform,
@@ -60,11 +61,11 @@ def goru_step(params, carry, inputs, *, capacity: int = 2, fft: bool = False, dt
     output in the computation dtype.
   """
   n = params["kernel_h"].shape[0]
-  inputs, h, (kernel_x, kernel_h, bias) = promote(
-      dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"],
-      params["bias"])
+  inputs, h, (kernel_x, kernel_h) = promote(
+      dtype, inputs, params["kernel_x"], carry, params["kernel_x"], params["kernel_h"])
   xp = matmul(inputs, kernel_x, precision)
-  gates = jax.nn.sigmoid(xp[..., :2 * n] + matmul(h, kernel_h, precision) + bias)
+  gates = jax.nn.sigmoid(add_bias(xp[..., :2 * n] + matmul(h, kernel_h, precision),
+                                  params["bias"]))
   h = precise_state(carry, inputs.dtype)                 # the carried state, float32+
   r, z = (g.astype(h.dtype) for g in (gates[..., :n], gates[..., n:]))
   uh = eunn_apply(params["thetas"], h, capacity=capacity, fft=fft)

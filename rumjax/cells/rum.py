@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from rumjax.core import rum as rum_lib
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import add_bias, at_least_float32
 from rumjax.cells import base
 from rumjax.cells.registry import register_cell, register_optimizer_wrapper
 
@@ -21,13 +21,15 @@ LAM_PARAM = "lam"
 def cast_step_inputs(inputs, kernel_x, kernel_h, bias, carry, *, lam, dtype):
   """The inputs, kernels and carry of one RUM cell step in the computation dtype (``dtype``,
   or Flax's promotion of the inputs, ``kernel_x`` and ``h`` when None); the memory ``R``
-  stays in at least float32 (never rounded to a bfloat16 policy). Shared by the Linen and
-  NNX ``RUMCell``."""
+  stays in at least float32 (never rounded to a bfloat16 policy), and so does ``bias``
+  (the step adds it with :func:`rumjax.core.precision.add_bias`: its gradient is summed
+  over the batch in float32). Shared by the Linen and NNX ``RUMCell``."""
   memory = rum_lib.has_memory(lam)
   r, h = carry if memory else (None, carry)
   dtype = nn.dtypes.canonicalize_dtype(inputs, kernel_x, h, dtype=dtype)
-  inputs, kernel_x, kernel_h, bias, h = jax.tree.map(
-      lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, bias, h))
+  inputs, kernel_x, kernel_h, h = jax.tree.map(
+      lambda a: jnp.asarray(a, dtype), (inputs, kernel_x, kernel_h, h))
+  bias = jnp.asarray(bias, at_least_float32(dtype, bias))
   carry = (jnp.asarray(r, at_least_float32(dtype)), h) if memory else h
   return inputs, kernel_x, kernel_h, bias, carry
 
@@ -140,8 +142,8 @@ class RUMCell(nn.RNNCellBase):
       norms = dict(norm_tau=ln(name="ln_tau"), norm_u=ln(name="ln_u"),
                    norm_h=ln(name="ln_h"))
     new_carry, (h, plane) = rum_lib.rum_step(
-        carry, base.matmul(inputs, kernel_x, self.precision) + bias, kernel_h, lam=lam,
-        eta=self.eta, activation=rum_lib.get_activation(self.activation),
+        carry, add_bias(base.matmul(inputs, kernel_x, self.precision), bias), kernel_h,
+        lam=lam, eta=self.eta, activation=rum_lib.get_activation(self.activation),
         update_gate=self.update_gate, precision=base.resolve_precision(self.precision),
         **norms)
     if sow_cos and self.is_mutable_collection("intermediates"):

@@ -47,10 +47,15 @@ import jax.numpy as jnp
 
 from rumjax.core import initializers
 from rumjax.core.attention import masked_softmax
-from rumjax.core.precision import at_least_float32, resolve_precision
+from rumjax.core.precision import (add_bias, at_least_float32, cast_weights,
+                                   resolve_precision)
 
 Array = jax.Array
 
+# The biases of the LSTMN and of the fusion models (:mod:`rumjax.models.fusion`): under a
+# bfloat16 policy they stay float32 and are added by ``add_bias`` (their gradients are
+# sums over the batch and time, accumulated in float32).
+BIASES = ("gates_bias", "gate_r_bias", "out_bias")
 PARAM_NAMES = ("attn_h", "attn_x", "attn_ht", "attn_v", "gates_x", "gates_h", "gates_bias")
 IMPLS = ("fast", "reference")
 
@@ -392,9 +397,10 @@ def initial_tape_entries(params: dict, initial, batch: int, dtype, *,
 
 
 def _prepare(params: dict, xs: Array, mask: Optional[Array], initial, extra: Sequence = ()):
-  """Casts to one dtype; returns ``(params, xs, mask, initial, dtype)``."""
-  dtype = jnp.result_type(xs, *jax.tree.leaves(params), *jax.tree.leaves(initial),
-                          *jax.tree.leaves(extra))
+  """Casts to one dtype, the :data:`BIASES` to at least float32 (added by ``add_bias``);
+  returns ``(params, xs, mask, initial, dtype)``."""
+  weights = [v for k, v in params.items() if k not in BIASES]
+  dtype = jnp.result_type(xs, *weights, *jax.tree.leaves(initial), *jax.tree.leaves(extra))
   if not jnp.issubdtype(dtype, jnp.floating):
     dtype = jnp.promote_types(dtype, jnp.float32)
   cast = lambda tree: jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
@@ -404,7 +410,7 @@ def _prepare(params: dict, xs: Array, mask: Optional[Array], initial, extra: Seq
   mask = jnp.asarray(mask, bool)
   if mask.shape != xs.shape[:2]:
     raise ValueError(f"mask has shape {mask.shape}; xs {xs.shape} needs {xs.shape[:2]}.")
-  return cast(params), xs, mask, cast(initial), dtype
+  return cast_weights(params, dtype, BIASES), xs, mask, cast(initial), dtype
 
 
 @functools.partial(jax.jit, static_argnames=("memory_span", "impl", "return_attention",
@@ -416,7 +422,7 @@ def _lstmn_scan(params, xs, mask, initial, *, memory_span, impl, return_attentio
   mm = functools.partial(jnp.matmul, precision=precision)
   w = {k: params[k] for k in ("attn_h", "attn_ht", "attn_v", "gates_h")}
   xa = jnp.swapaxes(mm(xs, params["attn_x"]), 0, 1)                       # W_x x_t
-  xg = jnp.swapaxes(mm(xs, params["gates_x"]) + params["gates_bias"], 0, 1)  # x_t of (7)
+  xg = jnp.swapaxes(add_bias(mm(xs, params["gates_x"]), params["gates_bias"]), 0, 1)  # (7)
   const, aux = tape_masks(mask)
   carry0 = jnp.zeros((batch, params["gates_h"].shape[0]), dtype)          # h~_0 = 0
   first = initial_tape_entries(params, initial, batch, dtype, precision=precision)

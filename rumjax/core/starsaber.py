@@ -57,7 +57,7 @@ import jax.numpy as jnp
 
 from rumjax.core import initializers
 from rumjax.core.attention import masked_softmax
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import at_least_float32, scale
 
 Array = jax.Array
 
@@ -215,7 +215,7 @@ def starsaber_layer(params: dict, h: Array, x: Array, *, mask: Optional[Array] =
   pre = _attention_vector(params, h, mask, directional)
   if direct_path:
     pre = pre + x @ params["V"]
-  return h + params["alpha"] * jnp.tanh(pre)
+  return h + scale(jnp.tanh(pre), params["alpha"])
 
 
 def starsaber_gate_layer(params: dict, h: Array, x: Array, *, mask: Optional[Array] = None,
@@ -242,4 +242,4 @@ def starsaber_gate_layer(params: dict, h: Array, x: Array, *, mask: Optional[Arr
   a = _attention_vector(params, h, mask, directional)
   r = jax.nn.sigmoid(a @ params["W_r"] + x @ params["V_r"])
   i = jax.nn.sigmoid(a @ params["W_i"] + x @ params["V_i"])
-  return h + params["alpha"] * jnp.tanh(r * a + i * (x @ params["V"]))
+  return h + scale(jnp.tanh(r * a + i * (x @ params["V"])), params["alpha"])

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.core import starsaber as starsaber_lib
-from rumjax.core.precision import matmul_precision
+from rumjax.core.precision import cast_weights, matmul_precision
 
 Array = jax.Array
 
@@ -93,7 +93,7 @@ class StarSaberLayer(nn.Module):
               for name, shape in shapes.items()}
     if self.dtype is not None:
       h, x = jnp.asarray(h, self.dtype), jnp.asarray(x, self.dtype)
-      params = jax.tree.map(lambda p: jnp.asarray(p, self.dtype), params)
+      params = cast_weights(params, self.dtype, wide=("alpha",))
     with matmul_precision(self.precision):
       if flags["gate"]:
         return starsaber_lib.starsaber_gate_layer(params, h, x, mask=mask,

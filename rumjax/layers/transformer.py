@@ -30,6 +30,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.core.precision import scale
+from rumjax.layers.dense import Dense
+
 Array = jax.Array
 
 
@@ -48,7 +51,7 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """<float>[..., d] -> <float>[..., features]."""
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+    dense = lambda n, name: Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
                                      precision=self.precision, name=name)
     return dense(self.features, "output")(nn.relu(dense(self.ffn_size, "hidden")(x)))
 
@@ -149,8 +152,7 @@ class ReZeroLayer(_EncoderLayer):
     """``x`` <float>[B, T, d], ``mask`` <bool>[B, T] -> <float>[B, T, d]."""
     self._check(x)
     alpha = self.param("alpha", nn.initializers.zeros, (), self.param_dtype)
-    if self.dtype is not None:
-      alpha = jnp.asarray(alpha, self.dtype)
     drop = nn.Dropout(self.dropout_rate, deterministic=deterministic)
-    x = x + alpha * drop(self._attend(x, mask))
-    return x + alpha * drop(self._ffn(x))
+    # alpha * y in float32 (its gradient sums over every row; the precision policy).
+    x = x + scale(drop(self._attend(x, mask)), alpha)
+    return x + scale(drop(self._ffn(x)), alpha)

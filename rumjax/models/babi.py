@@ -32,6 +32,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rumjax.layers.dense import Dense
 from rumjax.models import precision
 from rumjax.models.registry import register_model
 from rumjax.models.sequence import run_recurrence
@@ -115,7 +116,7 @@ class SentenceQA(nn.Module):
     """
     story, question = batch["story"], batch["question"]
     lengths = jnp.asarray(batch["story_lengths"], jnp.int32)
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+    dense = lambda n, name: Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
                                      precision=self.precision, name=name)
     embed = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="embed")

@@ -78,6 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rumjax.cells import flax_cells
+from rumjax.layers.dense import Dense
 from rumjax.layers.positional import sinusoidal_positions
 from rumjax.layers.starsaber import StarSaberLayer
 from rumjax.layers.transformer import ReZeroLayer, TransformerLayer
@@ -262,7 +263,7 @@ class SentenceEncoderModel(nn.Module):
     embed = nn.Embed(self.vocab_size, self.embed_dim,
                      embedding_init=self.embedding_init or nn.linear.default_embed_init,
                      dtype=self.dtype, param_dtype=self.param_dtype, name="embed")
-    dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype,
+    dense = lambda n, name, **kw: Dense(n, dtype=self.dtype,
                                            param_dtype=self.param_dtype,
                                            precision=self.precision, name=name, **kw)
     x = embed(tokens)

@@ -48,7 +48,8 @@ import jax.numpy as jnp
 
 from rumjax.core import lstmn as lstmn_lib
 from rumjax.core.attention import masked_softmax
-from rumjax.core.precision import at_least_float32, resolve_precision
+from rumjax.core.precision import (add_bias, at_least_float32, cast_weights,
+                                   resolve_precision)
 from rumjax.models.lstmn import LSTMN
 
 Array = jax.Array
@@ -211,9 +212,10 @@ def _deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask, initial, *, me
   mm = functools.partial(jnp.matmul, precision=precision)
   w.update(src_hs=src_hs, src_cs=src_cs, src_proj=mm(src_hs, params["inter_g"]))  # W_g g_j
   tm = lambda a: jnp.swapaxes(a, 0, 1)
-  x_proj = (tm(mm(xs, params["attn_x"])), tm(mm(xs, params["gates_x"]) + params["gates_bias"]),
+  x_proj = (tm(mm(xs, params["attn_x"])),
+            tm(add_bias(mm(xs, params["gates_x"]), params["gates_bias"])),
             tm(mm(xs, params["inter_x"])),
-            tm(mm(xs, params["gate_r_x"]) + params["gate_r_bias"]))
+            tm(add_bias(mm(xs, params["gate_r_x"]), params["gate_r_bias"])))
   (valid_tape, pos_tape), aux = lstmn_lib.tape_masks(mask)
   zeros = jnp.zeros((batch, nh), dtype)
   first = lstmn_lib.initial_tape_entries(params, initial, batch, dtype, precision=precision)
@@ -316,8 +318,8 @@ def shallow_fusion_outputs(params: dict, src_hs: Array, src_mask: Optional[Array
   alpha = masked_softmax(scores, src_mask[:, None, :]).astype(
       jnp.result_type(src_hs))
   context = jnp.einsum("btm,bmn->btn", alpha, src_hs, precision=precision)
-  out = jnp.tanh(mm(context, params["out_ctx"]) + mm(tgt_hs, params["out_h"])
-                 + params["out_bias"])
+  out = jnp.tanh(add_bias(mm(context, params["out_ctx"]) + mm(tgt_hs, params["out_h"]),
+                          params["out_bias"]))
   return out, alpha
 
 
@@ -364,7 +366,7 @@ class _Fusion(nn.Module):
     params = {name: self.param(name, INITIALIZERS[name], shape, self.param_dtype)
               for name, shape in shapes.items()}
     if self.dtype is not None:
-      params = jax.tree.map(lambda p: jnp.asarray(p, self.dtype), params)
+      params = cast_weights(params, self.dtype, lstmn_lib.BIASES)
     return params
 
 
@@ -415,7 +417,8 @@ class DeepFusionDecoder(_Fusion):
       params[name] = self.param(name, init, shape, self.param_dtype)
     if self.dtype is not None:
       cast = lambda a: jnp.asarray(a, self.dtype)
-      params, src_hs, src_cs, xs = jax.tree.map(cast, (params, src_hs, src_cs, xs))
+      src_hs, src_cs, xs = jax.tree.map(cast, (src_hs, src_cs, xs))
+      params = cast_weights(params, self.dtype, lstmn_lib.BIASES)
     return deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask=mask,
                             initial=initial, memory_span=self.memory_span, impl=self.impl,
                             return_attention=return_attention, precision=self.precision)

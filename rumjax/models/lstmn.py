@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.core import lstmn as lstmn_lib
+from rumjax.core.precision import cast_weights
 from rumjax.cells.base import check_probability
 
 Array = jax.Array
@@ -64,7 +65,7 @@ class LSTMN(nn.Module):
               for name in lstmn_lib.PARAM_NAMES}
     if self.dtype is not None:
       xs = jnp.asarray(xs, self.dtype)
-      params = jax.tree.map(lambda p: jnp.asarray(p, self.dtype), params)
+      params = cast_weights(params, self.dtype, lstmn_lib.BIASES)
       initial = None if initial is None else tuple(jnp.asarray(a, self.dtype)
                                                    for a in initial)
     return lstmn_lib.lstmn_scan(params, xs, mask=mask, memory_span=self.memory_span,

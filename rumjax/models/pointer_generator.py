@@ -127,6 +127,7 @@ import jax
 import jax.numpy as jnp
 
 from rumjax.cells import cell_from_config
+from rumjax.layers.dense import Dense
 from rumjax.models import precision
 from rumjax.models.registry import register_model
 
@@ -298,7 +299,7 @@ class ReduceStates(nn.Module):
         inputs = [fw[j], bw[j]]
       else:
         inputs = fw + bw
-      dense = nn.Dense(leaves[k].shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
+      dense = Dense(leaves[k].shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
                        precision=self.precision, name=f"component_{j}")
       out[k] = nn.relu(dense(jnp.concatenate(inputs, axis=-1))).astype(leaves[k].dtype)
     return jax.tree.unflatten(treedef, out)
@@ -334,7 +335,7 @@ class AttentionDecoderStep(nn.Module):
     6d; module docstring)."""
     enc_outputs, enc_features = state["enc_outputs"], state["enc_features"]
     mask, coverage = state["mask"], state["coverage"]
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+    dense = lambda n, name: Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
                                      precision=self.precision, name=name)
     x = dense(self.embed_dim, "input_merge")(
         jnp.concatenate([inputs, jnp.asarray(state["context"], inputs.dtype)], axis=-1))
@@ -445,7 +446,7 @@ class PointerGenerator(nn.Module):
     self.encoder_bw = nn.RNN(self._make_cell(self.encoder_cell), return_carry=True,
                              reverse=True, keep_order=True)
     self.reduce = ReduceStates(**policy, precision=self.precision)
-    self.attn_encoder = nn.Dense(2 * self.hidden_size, use_bias=False, **policy,
+    self.attn_encoder = Dense(2 * self.hidden_size, use_bias=False, **policy,
                                  precision=self.precision)
     self.decoder = AttentionDecoderStep(
         self._make_cell(self.decoder_cell), vocab_size=self.vocab_size,

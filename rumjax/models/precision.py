@@ -7,6 +7,12 @@ and only accepted value ``"float32"``) is the dtype the parameters are created a
 stored in (so the optimizer state and the checkpoints are float32). :func:`rumjax.models.build_model` resolves both
 names (:func:`resolve`) and passes them to the model and to its cells.
 
+Every hidden ``Dense`` is :class:`rumjax.layers.dense.Dense` and every cell and layer of
+the zoo adds its biases and residual weights with :func:`rumjax.core.precision.add_bias`
+and :func:`~rumjax.core.precision.scale`: in float32, so that their gradients (sums over
+the batch and time) are accumulated in float32 (Flax's own ``GRUCell``,
+``OptimizedLSTMCell`` and ``MultiHeadDotProductAttention`` add theirs in ``dtype``).
+
 Whatever the policy, these stay float32 (as in Flax's own modules and recurrentgemma):
 the logits the models return (their output layers are :func:`output_dense`: a float32
 product and bias, so the logits and the gradients summed over the rows are float32; other
@@ -37,6 +43,7 @@ import jax.numpy as jnp
 
 from rumjax.core.precision import PRECISIONS, at_least_float32, resolve_precision
 from rumjax.cells.base import DTYPES   # the one table of policy names (cells use it too)
+from rumjax.layers.dense import promote_keeping_bias
 
 FIELDS = ("dtype", "param_dtype")
 # The matmul precision's field (names of PRECISIONS; "default" when a config lacks it).
@@ -109,13 +116,6 @@ def _float32_dot(lhs, rhs, dimension_numbers, precision=None, **kwargs):
   return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision, **kwargs)
 
 
-def _promote_keeping_bias(inputs, kernel, bias, *, dtype=None, inexact=True):
-  """Flax's ``promote_dtype`` for the inputs and the kernel; the bias stays float32 (or
-  wider)."""
-  inputs, kernel = nn.dtypes.promote_dtype(inputs, kernel, dtype=dtype, inexact=inexact)
-  return inputs, kernel, None if bias is None else jnp.asarray(bias, at_least_float32(bias))
-
-
 def output_dense(features: int, *, dtype: Any, param_dtype: Any, precision: Any,
                  name: str) -> nn.Dense:
   """A model's output layer (its logits): ``nn.Dense`` (the same parameters, ``kernel``
@@ -126,7 +126,7 @@ def output_dense(features: int, *, dtype: Any, param_dtype: Any, precision: Any,
   240 rows the bias gradient was 1.3% off the exact sum of the same cotangents, and a step
   sharded over two devices differed from the unsharded one by that much."""
   return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, precision=precision,
-                  dot_general=_float32_dot, promote_dtype=_promote_keeping_bias, name=name)
+                  dot_general=_float32_dot, promote_dtype=promote_keeping_bias, name=name)
 
 
 def carry_like(carry: Any, template: Any) -> Any:

@@ -49,6 +49,7 @@ import numpy as np
 
 from rumjax.core import lstmn as lstmn_lib
 from rumjax.cells.base import check_probability
+from rumjax.layers.dense import Dense
 from rumjax.models.fusion import DeepFusion, ShallowFusion
 from rumjax.models import precision
 from rumjax.models.lstmn import StackedLSTMN
@@ -139,7 +140,7 @@ class ClassifierHead(nn.Module):
   @nn.compact
   def __call__(self, features: Array, train: bool) -> Array:
     """<float>[B, F] -> logits <float32>[B, num_classes] (float32 under any policy)."""
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+    dense = lambda n, name: Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
                                      precision=self.precision, name=name)
     for k in range(self.mlp_layers):
       features = nn.relu(dense(self.mlp_size, f"mlp_{k}")(features))

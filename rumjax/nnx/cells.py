@@ -34,7 +34,7 @@ from rumjax.cells import lnlstm as lnlstm_lib
 from rumjax.cells import urnn as urnn_lib
 from rumjax.cells import rum as rum_cell_lib
 from rumjax.core import rum as rum_lib
-from rumjax.core.precision import at_least_float32
+from rumjax.core.precision import add_bias, at_least_float32
 from rumjax.registry import Registry
 
 Array = jax.Array
@@ -214,8 +214,8 @@ class RUMCell(Cell):
     if self.layer_norm:
       norms = dict(norm_tau=self.ln_tau, norm_u=self.ln_u, norm_h=self.ln_h)
     new_carry, (h, _) = rum_lib.rum_step(
-        carry, base.matmul(inputs, kernel_x, self.precision) + bias, kernel_h, lam=lam,
-        eta=self.eta, activation=rum_lib.get_activation(self.activation),
+        carry, add_bias(base.matmul(inputs, kernel_x, self.precision), bias), kernel_h,
+        lam=lam, eta=self.eta, activation=rum_lib.get_activation(self.activation),
         update_gate=self.update_gate, precision=self.precision, **norms)
     if self.zoneout > 0:
       h_prev = carry[1] if self.has_memory else carry
