@@ -61,6 +61,9 @@ def test_registry_and_config_checks():
       ({"e": dict(type="loss", split="dev", every=-1)}, "config.evals.e.every=-1"),
       ({"e": dict(type="loss", split="dev", batches=1.5)}, "config.evals.e.batches=1.5"),
       ({"e": dict(type="loss", split="dev", pred="beam")}, "config.evals.e.pred='beam'"),
+      # An option of another evaluator type (was a TypeError when the loop built it).
+      ({"e": dict(type="loss", split="dev", num_groups=4)},
+       "that a 'loss' evaluator does not take; its options: "),
   ]
   for evals, message in bad:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
@@ -155,6 +158,56 @@ def test_grouped_accuracy_matches_numpy():
       assert out[f"test_accuracy_qa{k}"] == pytest.approx(correct[sel].mean())
     else:
       assert f"test_accuracy_qa{k}" not in out
+
+
+def _grouped(batches, **options):
+  entry = dict(type="grouped_accuracy", split="test", group_key="group", num_groups=4)
+  entry.update(options)
+  return evaluators.build_evaluators(
+      {"test": entry}, predict_fns={"predict": jax.jit(_logits)},
+      data_fn=lambda split, bs: iter(batches), mesh=sharding_lib.make_mesh())[0]
+
+
+def test_grouped_accuracy_refuses_what_it_cannot_count():
+  """Ids outside 0 .. num_groups - 1 (1-based ids with num_groups = their count) counted in
+  no group and vanished from the overall accuracy; bad options failed after the whole
+  split was evaluated, or gave 0.0; an empty split gave 0.0."""
+  params = _state(jnp.eye(3, dtype=jnp.float32))
+  batches = _batches(n=2)
+  batches[1]["group"] = batches[1]["group"] + 1      # ids 1 .. 4 with num_groups=4
+  with pytest.raises(ValueError, match=r"^config.evals.test: \d+ rows have a 'group' outside "
+                     r"0 .. 3; set num_groups to the largest id \+ 1\.$"):
+    _grouped(batches).run(params)
+  for options, message in [
+      (dict(num_groups=0), r"^config.evals.test.num_groups=0 must be an integer >= 1"),
+      (dict(num_groups=2.7), r"^config.evals.test.num_groups=2.7 must be an integer"),
+      (dict(name_format="qa{n}"), r"^config.evals.test.name_format='qa\{n\}' cannot name "
+                                  r"a group \(KeyError"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      _grouped(_batches(n=2), **options)
+  with pytest.raises(ValueError, match=r"^config.evals.test.group_key='subtask' is not a "
+                     r"field of the batches; they have \['group', 'mask', 'targets', 'x'\]"):
+    _grouped(_batches(n=2), group_key="subtask").run(params)
+  with pytest.raises(ValueError, match=r"^config.evals.test: the split has no real rows"):
+    _grouped([]).run(params)
+
+
+def test_an_empty_split_is_an_error_not_a_score():
+  """The loss evaluator returned {} for a split without batches, and perplexity 1.0 (BPC
+  0) for a split whose every position is padding."""
+  from rumjax.evaluators.perplexity import PerplexityEvaluator
+  mesh = sharding_lib.make_mesh()
+  loss = evaluators.build_evaluators(
+      {"dev": dict(type="loss", split="dev")}, predict_fns={"metrics": jax.jit(_metrics)},
+      data_fn=lambda split, bs: iter([]), mesh=mesh)[0]
+  with pytest.raises(ValueError, match=r"^config.evals.dev: the split gave no batches"):
+    loss.run(_state(jnp.eye(3, dtype=jnp.float32)))
+  nll = lambda params, batch, state: ({"nll": (jnp.zeros(()), jnp.sum(batch["mask"]))}, state)
+  padded = [dict(b, mask=np.zeros_like(b["mask"])) for b in _batches(n=2)]
+  ppl = PerplexityEvaluator(jax.jit(nll), data=lambda: iter(padded), mesh=mesh, prefix="test")
+  with pytest.raises(ValueError, match=r"^config.evals.test: the split has no target tokens"):
+    ppl.run(_state(jnp.eye(3, dtype=jnp.float32)))
 
 
 def sharded_metrics() -> dict:

@@ -23,10 +23,12 @@ from rumjax.evaluators.loss import LossEvaluator, sharded_batches
 
 @functools.partial(jax.jit, static_argnames=("num_groups",))
 def group_counts(logits, targets, groups, mask, *, num_groups: int):
-  """Correct and total rows per group: <float>[num_groups] twice."""
+  """Correct and total rows per group (<float>[num_groups] twice) and the number of real
+  rows whose group is outside ``0 .. num_groups - 1`` (they count in no group)."""
   correct = (jnp.argmax(logits, axis=-1) == targets) * mask
   one_hot = jax.nn.one_hot(groups, num_groups, dtype=jnp.float32)
-  return correct @ one_hot, mask @ one_hot
+  outside = jnp.sum(mask * (jnp.sum(one_hot, axis=-1) == 0))
+  return correct @ one_hot, mask @ one_hot, outside
 
 
 @register_evaluator("grouped_accuracy")
@@ -48,23 +50,46 @@ class GroupedAccuracyEvaluator(LossEvaluator):
                name_format: str = "{}", targets_key: str = "targets"):
     super().__init__(predict_fn, data=data, mesh=mesh, prefix=prefix, batches=batches,
                      model_state=model_state)
-    self.group_key, self.num_groups = group_key, int(num_groups)
+    where = f"config.evals.{prefix}"
+    if not isinstance(num_groups, int) or isinstance(num_groups, bool) or num_groups < 1:
+      raise ValueError(f"{where}.num_groups={num_groups!r} must be an integer >= 1 (the "
+                       "largest group id + 1).")
+    try:
+      name_format.format(0)
+    except (KeyError, IndexError, ValueError, AttributeError) as err:
+      raise ValueError(f"{where}.name_format={name_format!r} cannot name a group "
+                       f"({type(err).__name__}: {err}); use one '{{}}', e.g. 'qa{{}}'."
+                       ) from None
+    self.group_key, self.num_groups = group_key, num_groups
     self.name_format, self.targets_key = name_format, targets_key
 
   def run(self, state) -> dict[str, float]:
+    where = f"config.evals.{self.prefix}"
     correct = np.zeros(self.num_groups)
     total = np.zeros(self.num_groups)
+    outside = 0.0
     model_state = self.model_state() if self.model_state is not None else None
     for batch in sharded_batches(self.data, self.mesh, self.batches):
+      for field in ("group_key", "targets_key"):
+        if getattr(self, field) not in batch:
+          raise ValueError(f"{where}.{field}={getattr(self, field)!r} is not a field of the "
+                           f"batches; they have {sorted(batch)}.")
       logits, model_state = self.predict_fn(state.params, batch, model_state)
       mask = batch.get("mask")
       if mask is None:
         mask = jnp.ones(batch[self.targets_key].shape[:1], jnp.float32)
-      c, t = group_counts(logits, batch[self.targets_key], batch[self.group_key],
-                          jnp.asarray(mask, jnp.float32), num_groups=self.num_groups)
+      c, t, o = group_counts(logits, batch[self.targets_key], batch[self.group_key],
+                             jnp.asarray(mask, jnp.float32), num_groups=self.num_groups)
       correct += np.asarray(c)
       total += np.asarray(t)
-    out = {f"{self.prefix}_accuracy": float(correct.sum() / max(total.sum(), 1e-12))}
+      outside += float(o)
+    if outside:
+      raise ValueError(f"{where}: {int(outside)} rows have a {self.group_key!r} outside 0 .. "
+                       f"{self.num_groups - 1}; set num_groups to the largest id + 1.")
+    if not total.sum():
+      raise ValueError(f"{where}: the split has no real rows (check its split, batches "
+                       "and batch_size).")
+    out = {f"{self.prefix}_accuracy": float(correct.sum() / total.sum())}
     for g in np.flatnonzero(total):
       name = self.name_format.format(int(g))
       out[f"{self.prefix}_accuracy_{name}"] = float(correct[g] / total[g])

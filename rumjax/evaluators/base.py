@@ -34,6 +34,7 @@ mapping a pointer-generator's extended-vocabulary ids to the article's OOV words
 """
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Mapping, Optional
 
 from rumjax.registry import Registry
@@ -43,6 +44,19 @@ EVALUATORS = Registry("evaluator")
 # Keys of a ``config.evals`` entry that the loop reads; the rest go to the evaluator.
 COMMON_OPTIONS = ("type", "split", "every", "at_end", "batches", "batches_at_end", "pred",
                   "batch_size")
+# Arguments of every evaluator class that the loop gives, not the entry.
+_GIVEN = ("self", "predict_fn", "data", "mesh", "prefix", "batches", "model_state",
+          "text_fns")
+
+
+def evaluator_options(cls: type) -> Optional[list[str]]:
+  """The options a ``config.evals`` entry of class ``cls`` may set besides
+  :data:`COMMON_OPTIONS` (its constructor's keyword arguments); None if it takes any
+  (``**options``)."""
+  params = inspect.signature(cls.__init__).parameters
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    return None
+  return [k for k in params if k not in _GIVEN]
 
 
 def register_evaluator(name: str, cls: Optional[type] = None):
@@ -114,6 +128,13 @@ def validate_evals(evals, predict_names=None, splits=None, text_fn_names=None) -
       raise ValueError(f"{where}.type: {err}") from None
     if "split" not in entry:
       raise ValueError(f"{where} has no 'split'.")
+    options = evaluator_options(cls)
+    unknown = sorted(k for k in entry if k not in COMMON_OPTIONS
+                     and options is not None and k not in options)
+    if unknown:
+      raise ValueError(f"{where} has option(s) {unknown} that a {entry['type']!r} evaluator "
+                       f"does not take; its options: {options} besides "
+                       f"{list(COMMON_OPTIONS)}.")
     if splits is not None and entry["split"] not in splits:
       raise ValueError(f"{where}.split={entry['split']!r} is unknown; the task's splits "
                        f"are {list(splits)}.")

@@ -46,11 +46,15 @@ class LossEvaluator:
 
   def sums(self, state) -> dict:
     """``{name: (sum, count)}`` over the split (NumPy scalars)."""
-    totals = None
+    totals, read = None, 0
     model_state = self.model_state() if self.model_state is not None else None
     for batch in sharded_batches(self.data, self.mesh, self.batches):
       metrics, model_state = self.predict_fn(state.params, batch, model_state)
       totals = metrics_lib.accumulate(totals, jax.device_get(metrics))
+      read += 1
+    if not read:
+      raise ValueError(f"config.evals.{self.prefix}: the split gave no batches (check its "
+                       "split, batches and batch_size).")
     return totals or {}
 
   def run(self, state) -> dict[str, float]:

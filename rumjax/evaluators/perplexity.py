@@ -30,7 +30,10 @@ class PerplexityEvaluator(LossEvaluator):
                        f"(it has {sorted(totals)}); the task's loss_and_metrics must give "
                        "'nll': (total NLL in nats, tokens).")
     nll, tokens = (float(v) for v in totals["nll"])
-    per_token = nll / max(tokens, 1e-12)
+    if not tokens:
+      raise ValueError(f"config.evals.{self.prefix}: the split has no target tokens (every "
+                       "position is padding); check its split and the data.")
+    per_token = nll / tokens
     return {f"{self.prefix}_nll": per_token, f"{self.prefix}_bpc": per_token / math.log(2),
             f"{self.prefix}_ppl": math.exp(min(per_token, 700.0)),
             f"{self.prefix}_tokens": tokens}
