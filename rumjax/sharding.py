@@ -74,7 +74,16 @@ def check_batch_size(global_batch_size: int, mesh: Mesh) -> None:
 
 
 def shard_batch(local_batch, mesh: Mesh):
-  """This process's rows (a dict of NumPy arrays) -> global arrays sharded on ``data``."""
+  """This process's rows (a dict of NumPy arrays) -> global arrays sharded on ``data``;
+  a one-line ``ValueError`` if the rows do not split evenly over this process's devices
+  (e.g. ``launch.predict --batch_size=3`` on 2 devices)."""
+  local = len(mesh.local_devices)
+  for x in jax.tree.leaves(local_batch):
+    rows = np.shape(x)[0] if np.ndim(x) else None
+    if rows is not None and rows % local:
+      raise ValueError(f"a batch of {rows} rows on this process does not split over its "
+                       f"{local} devices; use a batch_size that is a multiple of "
+                       f"{mesh.devices.size}.")
   sharding = batch_sharding(mesh)
   return jax.tree.map(
       lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)),

@@ -23,15 +23,38 @@ def _lstmn_config(corpus, **overrides):
   return c
 
 
-def _brute_force(weights):
-  """Mean weight on slot 0 and at each distance, from an explicit list of (step, slot)."""
+def _brute_force(weights, span=None):
+  """Mean weight on slot 0 and at each distance, from an explicit list of (step, slot)
+  (step t sees the slots i < t with t - i <= span)."""
   b, t_len, _ = weights.shape
   by_distance = {}
   for t in range(1, t_len + 1):
     for i in range(t):
-      d = 0 if i == 0 else t - i
-      by_distance.setdefault(d, []).extend(weights[:, t - 1, i])
+      if span is None or t - i <= span:
+        d = 0 if i == 0 else t - i
+        by_distance.setdefault(d, []).extend(weights[:, t - 1, i])
   return {d: np.mean(v) for d, v in by_distance.items()}
+
+
+def test_distance_weights_with_a_memory_span():
+  """With span K step t sees min(t, K) slots: uniform attention over them is its own
+  reference (1/2 at each distance for K = 2; the carried slot only for t <= K), and no
+  weight is counted at a distance nobody sees (it was, with the uniform baseline 1/t)."""
+  rng = np.random.default_rng(1)
+  b, t_len, span = 3, 8, 2
+  t, i = np.arange(1, t_len + 1)[:, None], np.arange(t_len + 1)[None, :]
+  seen = ((i < t) & (t - i <= span)).astype(float)
+  w = rng.random((b, t_len, t_len + 1)) * seen
+  w /= w.sum(-1, keepdims=True)
+  at, uniform, count = lm_attention.distance_weights(w, memory_span=span)
+  want = _brute_force(w, span)
+  assert sorted(want) == [0, 1, 2] and list(np.flatnonzero(count)) == [0, 1, 2]
+  for d in want:
+    np.testing.assert_allclose(at[d] / count[d], want[d], rtol=1e-12)
+  flat = np.broadcast_to(seen / seen.sum(-1, keepdims=True), w.shape)
+  at, uniform, count = lm_attention.distance_weights(flat, memory_span=span)
+  np.testing.assert_allclose(at, uniform, rtol=1e-12)
+  np.testing.assert_allclose(uniform[1:3] / count[1:3], [0.5, 0.5], rtol=1e-12)
 
 
 def test_distance_weights_against_a_loop():
@@ -84,6 +107,10 @@ def test_profile_resets_and_counts(corpus):
     np.testing.assert_allclose(layer["uniform_carried"],
                                np.mean(1.0 / np.arange(1, c.seq_len + 1)), rtol=1e-12)
     assert 0 < layer["carried"] <= 1
+  # A span of 2: the distances 1 and 2 only, each seen by uniform attention at 1/2.
+  for layer in lm_attention.profile(params, ptb.eval_data(c, "valid"), max_windows=1,
+                                    memory_span=2):
+    np.testing.assert_allclose(layer["uniform_at_distance"], [0.5, 0.5], rtol=1e-12)
   with pytest.raises(ValueError, match="not an LSTMN language model"):
     lm_attention.window_attention({"embed": {}}, batch["inputs"])
 
@@ -170,8 +197,10 @@ def test_span_one_is_an_lstm_on_the_previous_state(corpus):
   np.testing.assert_allclose(logits, want, rtol=2e-4, atol=2e-5)
   out = lm_attention.profile(variables["params"], ptb.eval_data(c, "valid"), max_windows=2,
                              memory_span=1)
+  # Only distance 1 is seen; the carried slot only by step 1, which sees nothing else.
+  assert len(out[0]["at_distance"]) == 1
   np.testing.assert_allclose(out[0]["at_distance"][0], 1.0, rtol=1e-6)
-  np.testing.assert_allclose(out[0]["carried"], 1.0 / c.seq_len, rtol=1e-6)
+  np.testing.assert_allclose([out[0]["carried"], out[0]["uniform_carried"]], 1.0, rtol=1e-6)
   c.model.memory_span = -1
   with pytest.raises(ValueError, match="memory_span"):
     ptb.validate_config(c)

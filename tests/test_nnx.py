@@ -197,6 +197,37 @@ def test_from_linen_rejects_a_gru_with_a_hidden_bias():
     rumjax.nnx.from_linen(_nnx_cell("gru", {}), params)
 
 
+@pytest.mark.parametrize("name", ["gru", "lstm", "rum"])
+def test_from_linen_takes_an_rnn_s_params_and_names_what_is_missing(name):
+  """``nn.RNN(cell)``'s params (``{"cell": ...}``) load as the cell's; a tree without the
+  cell's parameters is a one-line error (the GRU's and LSTM's was a raw KeyError)."""
+  xs = _xs()
+  variables = nn.RNN(rumjax.cells.get_cell_class(name)(N)).init(jax.random.key(0), xs)
+  for given in (variables, variables["params"], variables["params"]["cell"]):
+    cell = rumjax.nnx.from_linen(_nnx_cell(name, {}), given)
+    # float32; NNX's GRU and LSTM fuse the gate matmuls (another summation order).
+    np.testing.assert_allclose(nnx.RNN(cell)(xs), nn.RNN(
+        rumjax.cells.get_cell_class(name)(N)).apply(variables, xs), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match=r"^the Linen params do not fit this "):
+    rumjax.nnx.from_linen(_nnx_cell(name, {}), {"encoder": variables["params"]["cell"]})
+
+
+def test_nnx_optimizer_keeps_the_urnn_orthogonal():
+  """The URNNCell docstring's ``nnx.Optimizer(model, make_urnn_optimizer(tx, lr))``: W
+  takes Cayley steps (it moves and stays orthogonal); its labels were all "base" on an
+  ``nnx.State`` (paths end in ``.value``) and the first update failed."""
+  import optax
+  from rumjax.cells.urnn import make_urnn_optimizer
+  cell = rumjax.nnx.make_cell("urnn", NX, N, rngs=nnx.Rngs(0))
+  opt = nnx.Optimizer(cell, make_urnn_optimizer(optax.adam(0.1), 0.5), wrt=nnx.Param)
+  w0 = np.asarray(cell.recurrent_orthogonal[...])
+  for _ in range(3):
+    opt.update(cell, nnx.grad(lambda m: jnp.sum(nnx.RNN(m)(_xs()) ** 2))(cell))
+  w = np.asarray(cell.recurrent_orthogonal[...], np.float64)
+  assert np.abs(w - w0).max() > 0.1
+  np.testing.assert_allclose(w.T @ w, np.eye(N), atol=1e-5)
+
+
 def test_unknown_names_and_cells_are_one_line_errors():
   with pytest.raises(ValueError, match="did you mean 'rum'"):
     rumjax.nnx.make_cell("rnm", NX, N, rngs=nnx.Rngs(0))

@@ -58,13 +58,16 @@ def test_save_figures(tmp_path):
     _assert_png(p)
 
 
-def _rum_workdir(path, with_cos=True):
+def _rum_workdir(path, with_cos=True, learn_lam=False):
   os.makedirs(path)
-  config = {"task": "recall", "model": {"cell": "rum", "lam": 1}, "label": "RUM"}
+  config = {"task": "recall", "model": {"cell": "rum", "lam": 1, "learn_lam": learn_lam},
+            "label": "RUM"}
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(config, f)
   params = {"rnn": {"cell": {"kernel_x": np.ones((3, 12)), "kernel_h": np.eye(4, 8),
                              "bias": np.zeros(12)}}}
+  if learn_lam:
+    params["rnn"]["cell"]["lam"] = np.asarray(0.7)
   analysis.save_params_npz(os.path.join(path, "params.npz"), params)
   with open(os.path.join(path, "result.json"), "w") as f:
     json.dump({"steps": 7}, f)
@@ -117,6 +120,19 @@ def test_plot_rum_kernels(tmp_path):
   path = plotting.plot_rum_kernels(model_dir, out_dir=str(tmp_path / "out"))
   assert os.path.basename(path) == "kernels.png"
   _assert_png(path)
+
+
+def test_plot_rum_model_of_a_learned_lam(tmp_path):
+  """A RUM with a learned lam (its cell has the parameter "lam" too) is plotted; it was
+  listed as a RUM model and then failed with "no RUM cell parameters"."""
+  model_dir = str(tmp_path / "rum")
+  _rum_workdir(model_dir, learn_lam=True)
+  assert plotting.is_rum_model_dir(model_dir)
+  path, cell = analysis.find_rum_params(
+      analysis.load_params(os.path.join(model_dir, "params.npz"))[1])
+  assert path == "rnn/cell" and float(cell["lam"]) == pytest.approx(0.7)
+  paths = plotting.plot_rum_model(model_dir, out_dir=str(tmp_path / "out"))
+  assert [os.path.basename(p) for p in paths] == ["kernel_tau.png", "cos_theta.png"]
 
 
 def test_plot_rum_model_without_records_or_task(tmp_path):

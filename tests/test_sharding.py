@@ -1,8 +1,14 @@
 """rumjax.sharding's argument checks (the mesh itself is exercised by the loop's tests)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from rumjax import sharding
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
@@ -14,3 +20,20 @@ def test_cpu_devices_must_be_a_positive_number_or_auto(value):
 
 def test_cpu_devices_none_changes_nothing():
   assert sharding.use_cpu_devices(None) is None
+
+
+def test_a_batch_that_does_not_split_over_the_devices_is_a_one_line_error():
+  """``shard_batch`` on 2 devices: 4 rows split, 3 rows are a one-line error (the
+  prediction path, which checks no batch size, raised XLA's IndivisibleError)."""
+  code = ("import numpy as np; from rumjax import sharding as s; m = s.make_mesh()\n"
+          "print(s.shard_batch({'x': np.zeros((4, 2))}, m)['x'].shape)\n"
+          "try:\n  s.shard_batch({'x': np.zeros((3, 2)), 'n': np.float32(1)}, m)\n"
+          "except ValueError as e:\n  print(e)\n")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines()[-2:] == [
+      "(4, 2)", "a batch of 3 rows on this process does not split over its 2 devices; use "
+      "a batch_size that is a multiple of 2."]

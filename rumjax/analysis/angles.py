@@ -34,14 +34,17 @@ from rumjax.training import hooks as hooks_lib
 COS_FILE = "cos_theta.jsonl"
 
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
+# A RUM cell with a learned lam has its parameter too (rumjax.cells.rum.LAM_PARAM).
+_OPTIONAL_KEYS = frozenset({"lam"})
 
 
 # ----------------------------------------------------------------------- parameters
 
 
 def is_rum_params(tree: Any) -> bool:
-  """Whether ``tree`` is the parameter dict of a RUM cell without layer norm."""
-  if not isinstance(tree, Mapping) or set(tree) != _RUM_KEYS:
+  """Whether ``tree`` is the parameter dict of a RUM cell without layer norm (with or
+  without a learned ``lam``)."""
+  if not isinstance(tree, Mapping) or not _RUM_KEYS <= set(tree) <= _RUM_KEYS | _OPTIONAL_KEYS:
     return False
   kh = np.shape(tree["kernel_h"])
   return len(kh) == 2 and kh[1] == 2 * kh[0]

@@ -77,30 +77,39 @@ def window_attention(params: Mapping[str, Any], tokens, carry: Optional[Sequence
                  memory_span or None)
 
 
-def distance_weights(weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def distance_weights(weights, memory_span: Optional[int] = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Sums and counts of the attention weight by distance, over a batch of windows.
+
+  Step t sees the tape positions ``lo .. t - 1`` with ``lo = 0``, or with a
+  ``memory_span`` K ``lo = max(0, t - K)`` (:func:`rumjax.core.lstmn.visible_positions`;
+  position 0 is the carried slot).
 
   Args:
     weights: <float>[B, T, T + 1] of :func:`window_attention` (one layer).
+    memory_span: the model's (None or 0: the whole window).
 
   Returns:
     ``(at_distance, uniform, count)``, each float64 [T + 1]: entry 0 is the carried slot
-    (summed over all steps), entry ``d >= 1`` sums ``s[t - 1, t - d]`` over the steps
-    ``t > d`` (the token d positions back); ``uniform`` sums what uniform attention over
-    the ``t`` visible positions would give (``1 / t``), ``count`` the number of terms.
+    (summed over the steps that see it), entry ``d >= 1`` sums ``s[t - 1, t - d]`` over the
+    steps that see the token d positions back; ``uniform`` sums what uniform attention
+    over the ``t - lo`` visible positions would give, ``count`` the number of terms.
   """
   w = np.asarray(weights, np.float64)
   b, t_len, _ = w.shape
   at = np.zeros(t_len + 1)
   uniform = np.zeros(t_len + 1)
   count = np.zeros(t_len + 1)
-  for t in range(1, t_len + 1):        # step t sees positions 0..t-1
-    at[0] += w[:, t - 1, 0].sum()
-    uniform[0] += b / t
-    count[0] += b
-    for d in range(1, t):
+  for t in range(1, t_len + 1):
+    lo = 0 if not memory_span else max(0, t - memory_span)
+    visible = t - lo
+    if lo == 0:
+      at[0] += w[:, t - 1, 0].sum()
+      uniform[0] += b / visible
+      count[0] += b
+    for d in range(1, t - max(lo, 1) + 1):      # tokens t - d >= max(lo, 1)
       at[d] += w[:, t - 1, t - d].sum()
-      uniform[d] += b / t
+      uniform[d] += b / visible
       count[d] += b
   return at, uniform, count
 
@@ -132,7 +141,7 @@ def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
       keep = ~np.asarray(batch["reset"], bool)[:, None]
       carry = tuple((h * keep, c * keep) for h, c in carry)
     weights, carry = window_attention(params, tokens, carry, memory_span)
-    sums = [distance_weights(w) for w in weights]
+    sums = [distance_weights(w, memory_span) for w in weights]
     totals = sums if totals is None else [tuple(a + b for a, b in zip(x, y))
                                           for x, y in zip(totals, sums)]
     n += 1
@@ -141,9 +150,10 @@ def profile(params: Mapping[str, Any], windows: Iterable[Mapping[str, Any]],
   out = []
   for at, uniform, count in totals:
     mean, mean_u = at / np.maximum(count, 1), uniform / np.maximum(count, 1)
-    out.append({"carried": float(mean[0]), "at_distance": mean[1:-1].tolist(),
+    seen = 1 + int(np.flatnonzero(count[1:]).max(initial=-1)) + 1   # distances seen: 1..
+    out.append({"carried": float(mean[0]), "at_distance": mean[1:seen].tolist(),
                 "uniform_carried": float(mean_u[0]),
-                "uniform_at_distance": mean_u[1:-1].tolist(), "windows": n})
+                "uniform_at_distance": mean_u[1:seen].tolist(), "windows": n})
   return out
 
 

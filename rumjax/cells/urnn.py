@@ -180,11 +180,20 @@ def _key_name(key) -> Optional[str]:
   return None
 
 
+def _leaf_name(path) -> Optional[str]:
+  """The name of the parameter at ``path``: its last key, past an ``nnx.State``'s trailing
+  ``.value`` attribute (a Linen path ends at the name)."""
+  for key in reversed(path):
+    if not (isinstance(key, jax.tree_util.GetAttrKey) and key.name == "value"):
+      return _key_name(key)
+  return None
+
+
 def stiefel_labels(params, name: str = ORTHOGONAL_NAME):
-  """``"stiefel"`` for every leaf whose own name is ``name``, ``"base"`` for the rest."""
+  """``"stiefel"`` for every leaf whose own name is ``name``, ``"base"`` for the rest
+  (Linen params or an ``nnx.State``)."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: "stiefel" if path and _key_name(path[-1]) == name else "base",
-      params)
+      lambda path, _: "stiefel" if _leaf_name(path) == name else "base", params)
 
 
 @register_optimizer_wrapper("urnn")

@@ -105,16 +105,24 @@ def from_linen(cell: nnx.Module, params: Mapping) -> nnx.Module:
     cell: an NNX cell of :mod:`rumjax.nnx` built with the Linen cell's options and sizes
       (``in_features`` = the inputs' size, ``hidden_features`` = the Linen
       ``features``).
-    params: the Linen cell's ``variables["params"]`` (a ``{"params": ...}`` dict is
-      accepted too). Values are cast to the NNX cell's parameter dtypes.
+    params: the Linen cell's ``variables["params"]`` (a ``{"params": ...}`` dict, and the
+      params of an ``nn.RNN`` holding the cell, ``{"cell": ...}``, are accepted too).
+      Values are cast to the NNX cell's parameter dtypes.
 
   Raises:
     ValueError naming the parameters whose names or shapes differ.
   """
   if set(params) == {"params"}:
     params = params["params"]
+  if set(params) == {"cell"}:        # nn.RNN(cell)'s params
+    params = params["cell"]
   old = _nnx_params(cell)
-  new = _converters(cell)[1](params)
+  try:
+    new = _converters(cell)[1](params)
+  except KeyError as err:
+    raise ValueError(f"the Linen params do not fit this {type(cell).__name__}: they have no "
+                     f"{err} (they have {sorted(params)}); pass the Linen cell's "
+                     "variables['params'].") from None
   if _structure(new) != _structure(old):
     flat = lambda t: {jax.tree_util.keystr(k): jnp.shape(v)
                       for k, v in jax.tree_util.tree_leaves_with_path(t)}
