@@ -31,8 +31,9 @@ from rumjax import plotting
 flags.DEFINE_string("workdir", None, "A RUM model workdir (with config.json, from "
                     "launch.reproduce), or an experiment directory holding several.",
                     required=True)
-flags.DEFINE_string("params", None, "A .npz of the parameters (default: "
-                    "<workdir>/params.npz, else the latest checkpoint).")
+flags.DEFINE_string("params", None, "A .npz of the parameters of the one model at "
+                    "--workdir (a relative path not found here is looked up in the "
+                    "workdir; default: <workdir>/params.npz, else the latest checkpoint).")
 flags.DEFINE_integer("step", None, "Checkpoint step for the kernel heat map.")
 flags.DEFINE_string("out_dir", None, "Where to write the PNGs (default: the workdir).")
 flags.DEFINE_bool("kernels", False, "Also kernels.png: every kernel of the RUM cell "
@@ -48,6 +49,10 @@ def main(argv):
   if not dirs:
     sys.exit(f"error: no RUM model workdir (config.json with cell 'rum') at "
              f"{FLAGS.workdir}.")
+  if FLAGS.params and len(dirs) > 1:
+    sys.exit(f"error: --params={FLAGS.params} names one model's parameters, but "
+             f"{FLAGS.workdir} holds {len(dirs)} RUM models; give the workdir of one of "
+             "them, or leave --params out (each model's params.npz or checkpoint).")
   for d in dirs:
     out = FLAGS.out_dir
     if out and len(dirs) > 1:

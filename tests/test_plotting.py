@@ -135,6 +135,26 @@ def test_plot_rum_model_of_a_learned_lam(tmp_path):
   assert [os.path.basename(p) for p in paths] == ["kernel_tau.png", "cos_theta.png"]
 
 
+def test_params_of_one_model_relative_to_its_workdir(tmp_path, monkeypatch):
+  """``--params=params.npz`` (the launcher's example) from another directory is the
+  workdir's file (it was "no parameter file"); given with a folder of several models it
+  is a one-line error (every model's kernel was drawn from that one file)."""
+  model_dir = str(tmp_path / "exp" / "rum_a")
+  _rum_workdir(model_dir)
+  _rum_workdir(str(tmp_path / "exp" / "rum_b"))
+  monkeypatch.chdir(tmp_path)
+  paths = plotting.plot_rum_model(model_dir, str(tmp_path / "out"), "params.npz")
+  assert [os.path.basename(p) for p in paths] == ["kernel_tau.png", "cos_theta.png"]
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.plot", f"--workdir={tmp_path / 'exp'}",
+       "--params=params.npz", f"--out_dir={tmp_path / 'out2'}"], cwd=REPO,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: --params=params.npz names one model's parameters, but "), proc.stderr[-2000:]
+  assert not (tmp_path / "out2").exists()
+
+
 def test_plot_rum_model_without_records_or_task(tmp_path):
   """No cos_theta.jsonl and no task: the cos panel says so instead of failing."""
   model_dir = str(tmp_path / "rum")

@@ -162,10 +162,14 @@ def _params_label(model_dir: str, params_path: Optional[str], at: Optional[int])
 def _rum_cell_of(model_dir: str, params_path: Optional[str], step: Optional[int],
                  title: str):
   """``(label, "step N", RUM cell parameters, config)`` of a RUM model workdir: the
-  parameters of ``params_path``, else ``model_dir/params.npz`` if it exists, else the
-  checkpoint ``step`` or the latest one."""
+  parameters of ``params_path`` (a relative path that is not there is looked up in
+  ``model_dir``: ``--params=params.npz``), else ``model_dir/params.npz`` if it exists,
+  else the checkpoint ``step`` or the latest one."""
   config = load_config(model_dir) or {}
   label = title or config.get("label") or os.path.basename(os.path.normpath(model_dir))
+  if (params_path and not os.path.isabs(params_path) and not os.path.exists(params_path)
+      and os.path.exists(os.path.join(model_dir, params_path))):
+    params_path = os.path.join(model_dir, params_path)
   if params_path is None and step is None and os.path.exists(
       os.path.join(model_dir, "params.npz")):
     params_path = os.path.join(model_dir, "params.npz")
