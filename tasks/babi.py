@@ -2,7 +2,7 @@
 ICLR-workshop version, appendix C and Table 4).
 
 One model per sub-task ``babi_task`` (1..20) of bAbI v1.2 English (``version``
-``"en-10k"``: 9k/1k/1k train/dev/test questions, dev whole stories of the train file; or
+``"en-10k"``: about 9k/1k/1k train/dev/test questions, dev whole stories of the train file; or
 ``"en"``: 900/100/1,000). The data
 comes from the TFDS builder :class:`tasks.datasets.babi.Babi` (array_record, no TensorFlow),
 prepared once in ``data_dir`` from ``manual_dir`` (a folder laid out as the bAbI archive;

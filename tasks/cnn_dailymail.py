@@ -72,15 +72,24 @@ def read_csv(path: str) -> list:
     if missing:
       raise ValueError(f"{path} lacks the column(s) {sorted(missing)}; it needs 'article' "
                        "and 'highlights' (the Hugging Face cnn_dailymail layout).")
-    return [story_example(row["article"], row["highlights"]) for row in reader]
+    examples = []
+    for line, row in enumerate(reader, start=2):    # line 1 is the header
+      if row["article"] is None or row["highlights"] is None:
+        raise ValueError(f"{path}, line {line}: the row has no 'article' or no "
+                         "'highlights' value (too few fields); fix or drop the row.")
+      examples.append(story_example(row["article"], row["highlights"]))
+    return examples
 
 
 @functools.lru_cache(maxsize=2)
 def _data(manual_dir, data_dir, train_csv, allow_missing, malformed, vocab_size, max_enc,
           max_dec) -> summ.Data:
-  from tasks.datasets import cnn_dailymail as builder_lib
-  builder = builder_lib.prepare(manual_dir, data_dir, allow_missing_stories=allow_missing,
-                                malformed_stories=malformed)
+  from tasks.datasets import cnn_dailymail as builder_lib, prepare
+  try:
+    builder = builder_lib.prepare(manual_dir, data_dir, allow_missing_stories=allow_missing,
+                                  malformed_stories=malformed)
+  except FileNotFoundError as err:   # one line; a ValueError and still a FileNotFoundError
+    raise prepare.MissingSourceError(" ".join(str(err).split())) from None
   built = builder_lib.available_splits(builder)
   examples = {}
   for split, name in BUILDER_SPLITS.items():

@@ -65,10 +65,13 @@ def pair_example(source: str, target: str) -> dict:
 @functools.lru_cache(maxsize=2)
 def _data(manual_dir, ood_manual_dir, data_dir, subtask, seed, vocab_size, max_enc,
           max_dec) -> summ.Data:
-  from tasks.datasets import stories as builder_lib
-  builders = {"train": builder_lib.prepare(manual_dir, data_dir)}
-  eval_builder = (builder_lib.prepare(ood_manual_dir, data_dir) if ood_manual_dir
-                  else builders["train"])
+  from tasks.datasets import prepare, stories as builder_lib
+  try:
+    builders = {"train": builder_lib.prepare(manual_dir, data_dir)}
+    eval_builder = (builder_lib.prepare(ood_manual_dir, data_dir) if ood_manual_dir
+                    else builders["train"])
+  except FileNotFoundError as err:   # one line; a ValueError and still a FileNotFoundError
+    raise prepare.MissingSourceError(" ".join(str(err).split())) from None
   builders.update(dev=eval_builder, test=eval_builder)
   examples, missing = {}, {}
   for split, name in BUILDER_SPLITS.items():

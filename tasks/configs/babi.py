@@ -53,7 +53,7 @@ def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   fields = VARIANTS[variant or DEFAULT_VARIANT]
   c = common.base_config(NAME, variant)
   c.babi_task = 1           # the sub-task, 1..20 (one model each)
-  # The data: "en-10k" (9k/1k/1k questions) or "en" (900/100/1,000). num_steps, eval_every
+  # The data: "en-10k" (about 9k/1k/1k questions: dev is whole stories) or "en" (900/100/1,000). num_steps, eval_every
   # and checkpoint_every below count en-10k's epochs (282 steps): with version="en" set them
   # too (29 steps per epoch: num_steps=580 for 20 epochs), as launch.babi_all does.
   c.version = "en-10k"

@@ -347,6 +347,7 @@ def stream(lines: Iterable[Sequence[str]], vocab: Vocabulary, source: str = "") 
     raise ValueError("vocab has no eos token; build it with build_vocabulary(level, "
                      "train_lines), which adds '<eos>'.")
   flat = []
+  lines = list(lines)   # read twice (the line of an unknown symbol): an iterator is consumed
   for line in lines:
     if isinstance(line, str):
       raise ValueError(f"lines holds the string {line[:20]!r}; give token lists "
