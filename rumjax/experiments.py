@@ -401,7 +401,20 @@ def _configure(exp: Experiment, config, updates: Mapping[str, Any], options: Opt
                steps: Optional[int], adjust: bool):
   """``config`` with ``updates``, ``options.sets`` and ``seed``, then ``steps`` and the
   run's cadences (``eval_every`` for evaluations and checkpoints), ``exp.adjust`` if
-  ``adjust``; validated by the task."""
+  ``adjust``; validated by the task. A ``--set`` of a field that an option sets here is
+  a ``ValueError`` naming the option (it was silently replaced)."""
+  owned = {"checkpoint_every": "--eval_every (checkpoints follow the evaluations)",
+           "keep_checkpoints": "--keep_checkpoints", "log_every": "--log_every"}
+  if steps is not None:
+    owned["num_steps"] = "--steps"
+  if options.eval_every is not None:
+    owned["eval_every"] = "--eval_every"
+  if options.seed is not None:
+    owned["seed"] = "--seed / --seeds"
+  for field in options.sets:
+    if field in owned:
+      raise ValueError(f"--set={field}={options.sets[field]!r} would be replaced by the run's "
+                       f"{owned[field]}; give that flag instead.")
   updates = {**updates, **options.sets}
   if options.seed is not None:
     updates["seed"] = options.seed

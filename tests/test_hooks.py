@@ -109,6 +109,45 @@ def test_early_stopping_counts_an_evaluation_replayed_after_a_kill_once(tmp_path
   assert record(whole)["bad_evals"] == 2   # steps 4 and 6; step 8 is the final evaluation
 
 
+def test_a_kill_before_the_checkpoint_of_the_stopping_step_stops_at_that_step(tmp_path):
+  # Evaluations at 2 (best), 4 and 6 (patience 2: the stop); the checkpoint of step 6 is
+  # lost to the kill. The resumed run restored step 4 and stopped there at once; it must
+  # train to step 6, count its evaluation once and stop as the uninterrupted run did.
+  def run(workdir):
+    return training.train_and_evaluate(
+        _config(num_steps=100, eval_every=2, checkpoint_every=4, keep_checkpoints=3),
+        workdir, toy_task.TASK, hooks=[hooks.EarlyStopping("eval_loss", mode="max",
+                                                           patience=2)])
+
+  whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
+  want = run(whole)
+  run(killed)
+  shutil.rmtree(os.path.join(killed, "checkpoints", "6"))
+  got = run(killed)
+  assert (want["step"], want["stop_reason"], want["best_step"]) == (6, "early_stopping", 2)
+  assert (got["step"], got["stop_reason"], got["best_step"]) == (6, "early_stopping", 2)
+  assert got["eval_loss"] == want["eval_loss"]
+
+
+def test_a_start_without_checkpoints_keeps_no_early_stopping_record(tmp_path):
+  # A first start left early_stopping.json and best/ but no checkpoint (it diverged, or was
+  # killed, before the first one). Started again it must run as in a fresh workdir: the
+  # old record (here: stopped) made it stop at step 0 without training, and in general
+  # skip evaluations and compare with another run's best.
+  def run(workdir):
+    return training.train_and_evaluate(
+        _config(num_steps=100, eval_every=2, checkpoint_every=50), workdir, toy_task.TASK,
+        hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=1)])
+
+  fresh, reused = str(tmp_path / "fresh"), str(tmp_path / "reused")
+  want = run(fresh)
+  run(reused)                                                # stops at step 4
+  shutil.rmtree(os.path.join(reused, "checkpoints"))         # no checkpoint left
+  got = run(reused)
+  assert (got["step"], got["best_step"]) == (want["step"], want["best_step"]) == (4, 2)
+  assert got["eval_loss"] == want["eval_loss"]
+
+
 def test_early_stopping_counts_the_final_evaluation(tmp_path):
   # No periodic evaluation: the final one is the only one, so it is the best (the config
   # fields' early stopping of a budget-bound run used to report best_step None here).

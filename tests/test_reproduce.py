@@ -290,6 +290,17 @@ def test_configs_of_the_paper():
       "learning_rate": 3e-3, "model.eta": None, "model.cell": "gru"}
   with pytest.raises(ValueError, match="unknown config field 'nope'"):
     experiments.model_config(recall, "gru", experiments.Options(sets={"nope": 1}))
+  # A --set of a field the run's options set was silently replaced (log_every 100 -> 10).
+  for sets, flag in [({"log_every": 100}, "--log_every"), ({"checkpoint_every": 7},
+                     "--eval_every"), ({"keep_checkpoints": 5}, "--keep_checkpoints"),
+                     ({"num_steps": 9}, "--steps"), ({"seed": 1}, "--seed")]:
+    with pytest.raises(ValueError, match=rf"^--set={list(sets)[0]}=\d+ would be replaced by "
+                       rf"the run's {flag}"):
+      experiments.model_config(recall, "gru", dataclasses.replace(options, sets=sets))
+  # Without its option a field may be set (the config's num_steps and seed are kept).
+  c = experiments.model_config(recall, "gru", experiments.Options(sets={"num_steps": 9,
+                                                                         "seed": 4}))
+  assert (c.num_steps, c.seed) == (9, 4)
   with pytest.raises(ValueError, match="unknown model"):
     experiments.select_models(recall, ["rum_lam7"])
   with pytest.raises(ValueError, match="budget_minutes=0"):

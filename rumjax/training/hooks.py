@@ -179,7 +179,11 @@ class EarlyStopping:
   ``<workdir>/early_stopping.json``, so a resumed run continues it (and a run that had
   stopped stops again at once). Each evaluation step counts once: a run killed after an
   evaluation but before the next checkpoint resumes from an earlier step and evaluates
-  that step again (with the same result: resume is exact), and the record already has it.
+  that step again (with the same result: resume is exact), and the record already has it;
+  if that evaluation stopped the run, the resumed run trains up to it and stops there. A
+  run that starts at step 0 (no checkpoint) starts a new record: an earlier start's record
+  (another config, or a run killed before its first checkpoint) is not its own, and it
+  evaluates every step again anyway.
   The loop's final evaluation (after the last step, a budget
   stop or early stopping) counts as well: if it is strictly better, ``end`` saves the final
   state as the best. ``end`` adds ``best_step``, ``best_<metric>`` and ``best_metrics`` to
@@ -215,12 +219,14 @@ class EarlyStopping:
     return os.path.join(workdir, "best")
 
   def begin(self, step: int, state, ctx: LoopContext) -> None:
-    del step, state
-    self.record.update(utils.read_json(self._path(ctx), {}))
+    del state
+    if step:     # at step 0 the file (if any) is an earlier start's; it is rewritten
+      self.record.update(utils.read_json(self._path(ctx), {}))
     # The patience may change on resume (configs.RESUME_MAY_CHANGE): a larger one lets a
     # stopped run continue.
     self.record["stopped"] = self.record["bad_evals"] >= self.patience
-    if self.record["stopped"]:
+    last = self.record["last_step"]
+    if self.record["stopped"] and (last is None or last <= step):
       ctx.request_stop("early_stopping")
 
   def _better(self, value: float) -> bool:
@@ -238,6 +244,8 @@ class EarlyStopping:
     if last is not None and step <= last:
       logging.info("early stopping: step %d was counted before the resume (up to step %d)",
                    step, last)
+      if step == last and self.record["stopped"]:   # the evaluation that stopped the run
+        ctx.request_stop("early_stopping")
       return
     value = float(metrics[self.metric])
     self.record["last_step"] = step
