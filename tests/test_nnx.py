@@ -8,6 +8,7 @@ Linen cell's outputs (float32) with weights moved by ``from_linen`` / ``to_linen
 import os
 import re
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -212,6 +213,11 @@ def test_from_linen_takes_an_rnn_s_params_and_names_what_is_missing(name):
     rumjax.nnx.from_linen(_nnx_cell(name, {}), {"encoder": variables["params"]["cell"]})
 
 
+# flax 0.11's nnx.Optimizer cannot hold optax.multi_transform's state (its MaskedNode
+# leaves: "tuple indices must be integers or slices, not ellipsis" at construction); the
+# floors (tests/test_floors.py) run flax 0.11.1.
+@pytest.mark.skipif(tuple(int(p) for p in flax.__version__.split(".")[:2]) < (0, 12),
+                    reason="nnx.Optimizer with optax.multi_transform needs flax >= 0.12")
 def test_nnx_optimizer_keeps_the_urnn_orthogonal():
   """The URNNCell docstring's ``nnx.Optimizer(model, make_urnn_optimizer(tx, lr))``: W
   takes Cayley steps (it moves and stays orthogonal); its labels were all "base" on an

@@ -314,7 +314,8 @@ class URNNCell(Cell):
   :func:`rumjax.cells.urnn.urnn_step`) for ``flax.nnx``: parameters
   ``recurrent_orthogonal`` (at least float32), ``kernel_x``, ``bias``. Keep ``W``
   orthogonal with ``nnx.Optimizer(model, make_urnn_optimizer(tx, lr), wrt=nnx.Param)``
-  (the Cayley step finds the parameter by its name)."""
+  (the Cayley step finds the parameter by its name; flax >= 0.12: 0.11's ``nnx.Optimizer``
+  cannot hold the masked state of ``optax.multi_transform``)."""
   UNITARY = True
 
   def __init__(self, in_features: int, hidden_features: int, *,
