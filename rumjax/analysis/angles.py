@@ -28,14 +28,15 @@ import jax
 import numpy as np
 
 from rumjax import utils
+from rumjax.cells.rum import LAM_PARAM
 from rumjax.training import checkpoint as checkpoint_lib
 from rumjax.training import hooks as hooks_lib
 
 COS_FILE = "cos_theta.jsonl"
 
 _RUM_KEYS = frozenset({"kernel_x", "kernel_h", "bias"})
-# A RUM cell with a learned lam has its parameter too (rumjax.cells.rum.LAM_PARAM).
-_OPTIONAL_KEYS = frozenset({"lam"})
+# A RUM cell with a learned lam has its parameter too.
+_OPTIONAL_KEYS = frozenset({LAM_PARAM})
 
 
 # ----------------------------------------------------------------------- parameters
