@@ -106,7 +106,26 @@ def test_early_stopping_counts_an_evaluation_replayed_after_a_kill_once(tmp_path
   assert resumed["step"] == 8 and resumed["best_step"] == 2
   record = lambda d: json.load(open(os.path.join(d, "early_stopping.json")))
   assert record(killed) == record(whole)
-  assert record(whole)["bad_evals"] == 2   # steps 4 and 6; step 8 is the final evaluation
+  assert record(whole)["bad_evals"] == 3   # steps 4, 6 and 8 (the last step counts too)
+
+
+def test_early_stopping_of_a_finished_run_extended_on_resume_is_the_longer_runs(tmp_path):
+  # Finished at step 4 (an evaluation step), then extended to 8 (num_steps may change on
+  # resume): the record counts step 4 as the uninterrupted 8-step run does, and a
+  # patience of 2 stops both at step 6.
+  def run(workdir, num_steps):
+    return training.train_and_evaluate(
+        _config(num_steps=num_steps, eval_every=2), workdir, toy_task.TASK,
+        hooks=[hooks.EarlyStopping("eval_loss", mode="max", patience=2)])
+
+  whole, extended = str(tmp_path / "whole"), str(tmp_path / "extended")
+  straight = run(whole, 8)
+  assert run(extended, 4)["best_step"] == 2
+  resumed = run(extended, 8)
+  assert straight["stop_reason"] == resumed["stop_reason"] == "early_stopping"
+  assert straight["step"] == resumed["step"] == 6
+  record = lambda d: json.load(open(os.path.join(d, "early_stopping.json")))
+  assert record(extended) == record(whole)
 
 
 def test_a_kill_before_the_checkpoint_of_the_stopping_step_stops_at_that_step(tmp_path):
@@ -213,8 +232,8 @@ def test_config_fields_ask_for_early_stopping(tmp_path):
 
 def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeypatch):
   # "max" of the falling toy eval loss never improves after the first evaluation: every
-  # later evaluation during training (steps 4, 6, 8; the one at step 10 is the final
-  # evaluation, after training) multiplies the rate by 0.5.
+  # later evaluation (steps 4, 6, 8 and 10: the last step's periodic evaluation is
+  # reported too, and the final evaluation reuses it) multiplies the rate by 0.5.
   plateau = dict(lr_plateau_factor=0.5, lr_plateau_metric="eval_loss",
                  lr_plateau_mode="max", lr_plateau_patience=1, eval_every=2,
                  checkpoint_every=2)
@@ -224,7 +243,7 @@ def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeyp
       loss_and_metrics=lambda pred, batch: traces.append(1) or original(pred, batch)))
   full = training.train_and_evaluate(_config(num_steps=10, **plateau), str(tmp_path / "a"),
                                      toy_task.TASK)
-  assert full["lr_scale"] == 0.5 ** 3
+  assert full["lr_scale"] == 0.5 ** 4
   assert len(traces) == 2  # replacing the optimizer state does not recompile the step
   # The decay changes training: the same run without it ends elsewhere.
   plain = training.train_and_evaluate(_config(num_steps=10, eval_every=2),
@@ -239,6 +258,16 @@ def test_learning_rate_decays_on_a_plateau_and_resumes_exactly(tmp_path, monkeyp
   resumed = training.train_and_evaluate(_config(num_steps=10, **plateau), workdir, toy_task.TASK)
   assert resumed["lr_scale"] == full["lr_scale"]
   np.testing.assert_array_equal(resumed["params"]["Dense_0"]["kernel"],
+                                full["params"]["Dense_0"]["kernel"])
+  # Finished at step 6, an evaluation step, then extended to 10 (num_steps may change on
+  # resume): step 6's report is in the finished run's state, as in the longer run.
+  workdir = str(tmp_path / "e")
+  short = training.train_and_evaluate(_config(num_steps=6, **plateau), workdir, toy_task.TASK)
+  assert short["lr_scale"] == 0.5 ** 2
+  extended = training.train_and_evaluate(_config(num_steps=10, **plateau), workdir,
+                                         toy_task.TASK)
+  assert extended["lr_scale"] == full["lr_scale"]
+  np.testing.assert_array_equal(extended["params"]["Dense_0"]["kernel"],
                                 full["params"]["Dense_0"]["kernel"])
   with pytest.raises(ValueError, match=r"config\.lr_plateau_metric='dev_ppl' comes from no "
                                        r"evaluator; config\.evals has \['eval'\]"):

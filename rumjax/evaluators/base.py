@@ -83,9 +83,12 @@ class Scheduled:
   batches: Optional[int] = None
   batches_at_end: Optional[int] = None
 
-  def due(self, step: int, num_steps: int) -> bool:
-    """Whether to run after training step ``step`` (the end is handled separately)."""
-    return bool(self.every) and step % self.every == 0 and step < num_steps
+  def due(self, step: int) -> bool:
+    """Whether to run periodically after training step ``step``, the last one included:
+    its hooks (early stopping, the learning-rate plateau) then see the last step as an
+    uninterrupted longer run would, so a finished run extended to more steps on resume
+    continues exactly (the final evaluation reuses its metrics when the batches match)."""
+    return bool(self.every) and step % self.every == 0
 
   def batches_for(self, final: bool) -> Optional[int]:
     """The batches a periodic (``final=False``) or final run reads (0/None: all)."""

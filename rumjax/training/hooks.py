@@ -266,7 +266,8 @@ class EarlyStopping:
 
   def end(self, step: int, state, summary: dict, ctx: LoopContext) -> None:
     # The final evaluation counts too (the loop calls after_eval for the periodic ones
-    # only): the last step's, or a budget stop's, may be the best. Strictly better only,
+    # only, the last step's included): a budget stop's, or the last step's off the
+    # evaluation steps, may be the best. Strictly better only,
     # so a final evaluation at the step of the last periodic one changes nothing.
     value = summary.get(self.metric)
     if value is not None and self._better(float(value)):
@@ -286,7 +287,9 @@ class LearningRateOnPlateau:
   optimizer's plateau scale (:func:`rumjax.training.optim.report_plateau`) and returns the
   state with the new optimizer state. The scale, the best value and the count are part
   of the optimizer state, so a resumed run continues exactly; ``end`` adds ``lr_scale``.
-  The final evaluation after the last step is not reported (no step follows it).
+  The last step's periodic evaluation is reported too, so a run extended to more steps
+  on resume continues as the longer run; a final evaluation off the evaluation steps is
+  not (no step follows it).
   """
 
   def __init__(self, config, evaluator: Optional[str] = None, others: Sequence[str] = ()):

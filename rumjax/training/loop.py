@@ -284,7 +284,7 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
   (the state a hook may have replaced)."""
   record, fresh = {}, {}
   for ev in evals:
-    if not (ev.at_end if final else ev.due(step, ctx.num_steps)):
+    if not (ev.at_end if final else ev.due(step)):
       continue
     key = (step, ev.batches_for(final))   # the final run may read more of the split
     if cache.get(ev.name, (None,))[0] != key:
@@ -475,7 +475,7 @@ def records_at(workdir: str, step: int) -> list[dict]:
   return records
 
 
-def finished_record(workdir: str, step: int, evals, num_steps: int) -> Optional[dict]:
+def finished_record(workdir: str, step: int, evals) -> Optional[dict]:
   """The metrics of the final evaluation at ``step`` in ``<workdir>/metrics.jsonl`` (every
   ``at_end`` evaluator's metrics, from the records at that step, the last one winning), or
   ``None`` if that evaluation is not there (it never ran, or the run was killed during
@@ -486,8 +486,7 @@ def finished_record(workdir: str, step: int, evals, num_steps: int) -> Optional[
     if not ev.at_end:
       continue
     written = sum(any(k.startswith(ev.name + "_") for k in r) for r in records)
-    periodic_too = (ev.due(step, num_steps)
-                    and ev.batches_for(True) != ev.batches_for(False))
+    periodic_too = ev.due(step) and ev.batches_for(True) != ev.batches_for(False)
     if written < (2 if periodic_too else 1):
       return None
   if not records:
@@ -534,7 +533,7 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     if step >= num_steps or ctx.stop_reason is not None:
       # Finished already (all steps, or a hook stops it again at once, e.g. early
       # stopping): with its final evaluation in metrics.jsonl there is nothing to do.
-      done = finished_record(workdir, step, evals, num_steps)
+      done = finished_record(workdir, step, evals)
       if done is not None:
         reason = "finished" if step >= num_steps else ctx.stop_reason
         how = reason if reason == "finished" else f"stopped ({reason})"
@@ -607,7 +606,9 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       save(workdir, step, state)
     progress.close()
     summary["step"] = step
-    summary["stop_reason"] = ctx.stop_reason or "num_steps"
+    # A hook's stop at the last step (early stopping's last evaluation) stops nothing.
+    summary["stop_reason"] = ("num_steps" if step >= num_steps
+                              else ctx.stop_reason or "num_steps")
     summary["preempted"] = summary["stop_reason"] == "preempted"
     if not summary["preempted"]:
       summary.update(_run_evals(evals, state, step, writer, hooks, ctx, final=True,
