@@ -1,5 +1,6 @@
 """The generic loop on a toy task: resume, NaN guard, corrupt checkpoints, carried state."""
 
+import errno
 import json
 import shutil
 import os
@@ -7,6 +8,7 @@ import os
 import jax
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 from rumjax import training
@@ -64,6 +66,39 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path, caplog):
   reference = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "ref"),
                                           toy_task.TASK)
   _params_equal(reference["params"], summary["params"])
+
+
+@pytest.mark.parametrize("where,err", [
+    ("restore", OSError(errno.EACCES, "Permission denied", "checkpoints/10/state")),
+    ("restore", ValueError("tensorstore read failed")),   # orbax's wrapper of ...
+    ("state_metadata", MemoryError()),
+])
+def test_a_read_failed_by_the_machine_moves_no_checkpoint(tmp_path, monkeypatch, where, err):
+  # Permission denied, out of memory, an I/O error: the checkpoint is not corrupt, so it is
+  # not moved aside (the run would fall back to an older one and retrain the steps since);
+  # a one-line error, and the same command resumes from it once the cause is fixed.
+  workdir = str(tmp_path / "machine")
+  training.train_and_evaluate(_config(num_steps=10), workdir, toy_task.TASK)
+  if isinstance(err, ValueError):   # ... an OSError, as the cause in the chain
+    err.__cause__ = OSError(errno.EIO, "Input/output error")
+  target = (ocp.CheckpointManager if where == "restore" else training.Checkpointer)
+
+  def fail(*args, **kwargs):
+    raise err
+
+  with monkeypatch.context() as patch:
+    patch.setattr(target, where, fail)
+    with pytest.raises(training.CheckpointReadError,
+                       match=r"^the checkpoint at step 10 in \S+ could not be read: "
+                             r"(PermissionError|OSError|MemoryError).*nothing was moved") as info:
+      training.train_and_evaluate(_config(num_steps=12), workdir, toy_task.TASK)
+  assert "\n" not in str(info.value)
+  assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "10"))
+  resumed = training.train_and_evaluate(_config(num_steps=12), workdir, toy_task.TASK)
+  reference = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "ref"),
+                                          toy_task.TASK)
+  _params_equal(reference["params"], resumed["params"])
 
 
 def test_carried_model_state(tmp_path):

@@ -11,8 +11,13 @@ new run's state first: a checkpoint that does not fit the model is not corrupt, 
 one-line :class:`StateMismatchError` and nothing is moved. A checkpoint that cannot be
 read at all (partial, truncated, bad metadata) is reported in the log, moved aside to
 ``<workdir>/corrupt_checkpoints/`` (kept, never deleted) and the previous one is tried;
-a read-only checkpointer (``launch.evaluate``) only skips it.
+a read-only checkpointer (``launch.evaluate``) only skips it. A read that fails because of
+the machine, not the files (out of memory, permission denied, a full, busy or unreachable
+disk: :func:`machine_error`) moves nothing: it is a one-line :class:`CheckpointReadError`,
+and the run resumes from that checkpoint once the cause is fixed.
 """
+
+import errno
 
 import logging as logging_std
 import os
@@ -55,6 +60,31 @@ def _ignore_closed_loop_callbacks() -> None:
 
 class StateMismatchError(ValueError):
   """A checkpoint that is readable but does not fit the new run's state."""
+
+
+class CheckpointReadError(ValueError):
+  """A checkpoint that could not be read because of the machine (:func:`machine_error`)."""
+
+
+# OSError numbers that say the machine failed, not the checkpoint's files.
+_MACHINE_ERRNOS = frozenset({errno.ENOMEM, errno.EACCES, errno.EPERM, errno.ENOSPC,
+                             errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.EIO,
+                             errno.ETIMEDOUT, errno.EDQUOT, errno.EROFS})
+
+
+def machine_error(err: BaseException) -> Optional[BaseException]:
+  """The exception in ``err``'s chain (``__cause__`` / ``__context__``, orbax wraps what
+  tensorstore raises) that says the machine failed, not the files: a ``MemoryError`` or an
+  ``OSError`` whose ``errno`` is one of :data:`_MACHINE_ERRNOS` (e.g. permission denied,
+  no space, an I/O error of a network disk); ``None`` if there is none."""
+  seen = set()
+  while err is not None and id(err) not in seen:
+    seen.add(id(err))
+    if isinstance(err, MemoryError) or (isinstance(err, OSError)
+                                        and err.errno in _MACHINE_ERRNOS):
+      return err
+    err = err.__cause__ or err.__context__
+  return None
 
 
 def _leaf_shapes(tree) -> dict[str, tuple]:
@@ -173,6 +203,13 @@ class Checkpointer:
 
   def _quarantine(self, step: int, err: Exception) -> None:
     src = os.path.join(self.directory, str(step))
+    cause = machine_error(err)
+    if cause is not None:
+      raise CheckpointReadError(
+          f"the checkpoint at step {step} in {src} could not be read: "
+          f"{type(cause).__name__}: {str(cause)[:300]}. That is the machine, not the "
+          "checkpoint: nothing was moved; fix the cause (memory, permissions, disk) and "
+          "run the same command again to resume from it.") from err
     if self.read_only:
       logging.error("Checkpoint at step %d in %s cannot be read (%s: %s); trying the "
                     "previous one.", step, src, type(err).__name__, str(err)[:300])
