@@ -43,10 +43,12 @@ average log-probability per token.
 """
 
 import functools
+import operator
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 Array = jax.Array
@@ -113,22 +115,39 @@ def length_penalty(length, length_normalization: Optional[str], alpha: float = 0
   return ((5.0 + length) / 6.0) ** alpha
 
 
+def _integer(value) -> Optional[int]:
+  """``value`` as a Python int if it is an integer (``int``, ``np.int64``, a 0-d integer
+  array; not a bool), else ``None``."""
+  if isinstance(value, (bool, np.bool_)):
+    return None
+  try:
+    return operator.index(value)
+  except TypeError:
+    return None
+
+
 def check_search_args(*, batch_size, beam_size, max_len, min_len,
-                      length_normalization=None) -> None:
-  """Raises a one-line ``ValueError`` naming the first invalid argument."""
+                      length_normalization=None) -> tuple[int, int, int, int]:
+  """Raises a one-line ``ValueError`` naming the first invalid argument; returns
+  ``(batch_size, beam_size, max_len, min_len)`` as Python ints (NumPy integers are
+  accepted: they are static shapes and loop bounds)."""
+  out = []
   for name, value, low in (("batch_size", batch_size, 1), ("beam_size", beam_size, 1),
                            ("max_len", max_len, 1)):
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    number = _integer(value)
+    if number is None or number < low:
       raise ValueError(f"{name}={value!r} is invalid: it must be an int >= {low}.")
-  if (not isinstance(min_len, int) or isinstance(min_len, bool)
-      or not 0 <= min_len <= max_len):
+    out.append(number)
+  number = _integer(min_len)
+  if number is None or not 0 <= number <= out[2]:
     raise ValueError(
         f"min_len={min_len!r} is invalid: it must be an int with 0 <= min_len <= "
-        f"max_len={max_len}.")
+        f"max_len={out[2]}.")
   if length_normalization not in LENGTH_NORMALIZATIONS:
     raise ValueError(
         f"length_normalization={length_normalization!r} is unknown; accepted values are "
         f"{list(LENGTH_NORMALIZATIONS)}.")
+  return (*out, number)
 
 
 def _check_init_state(init_state, batch_size) -> None:
@@ -265,8 +284,9 @@ def beam_search(tokens_to_logits: TokensToLogits, init_state: PyTree, *, batch_s
     <float32>[batch, beam]: the normalised ranking scores ``log p / penalty(length)``
     (``-inf`` for empty slots).
   """
-  check_search_args(batch_size=batch_size, beam_size=beam_size, max_len=max_len,
-                    min_len=min_len, length_normalization=length_normalization)
+  batch_size, beam_size, max_len, min_len = check_search_args(
+      batch_size=batch_size, beam_size=beam_size, max_len=max_len, min_len=min_len,
+      length_normalization=length_normalization)
   _check_init_state(init_state, batch_size)
   n = batch_size * beam_size
   state = flatten_beam_dim(add_beam_dim(init_state, beam_size))
@@ -319,7 +339,8 @@ def greedy_search(tokens_to_logits: TokensToLogits, init_state: PyTree, *, batch
     ``sequences`` <int32>[batch, max_len] (eos-padded) and ``scores`` <float32>[batch],
     the summed log-probability of the tokens up to and including ``eos``.
   """
-  check_search_args(batch_size=batch_size, beam_size=1, max_len=max_len, min_len=min_len)
+  batch_size, _, max_len, min_len = check_search_args(
+      batch_size=batch_size, beam_size=1, max_len=max_len, min_len=min_len)
   _check_init_state(init_state, batch_size)
   init_state = jax.tree.map(jnp.asarray, init_state)
   _check_model(tokens_to_logits, jnp.zeros((batch_size,), jnp.int32), init_state, eos_id,

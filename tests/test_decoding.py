@@ -348,3 +348,24 @@ def test_benchmark_decoder_cells_are_found_by_name():
   with pytest.raises(ValueError, match=r"^unknown decoder cell 'rum2'; known decoder cells "
                      r"are \['gru', 'rum0', 'rum1'\]; did you mean"):
     bench.make_decoder("rum2", 2, 4, 8)
+
+
+def test_numpy_integer_arguments_decode_as_ints_and_bad_ones_are_one_line_errors():
+  # Sizes read from an array or a config parsed by NumPy (np.int64) are integers too.
+  model, init = markov_model(5, 2, 0)
+  kw = dict(bos_id=BOS, eos_id=EOS, min_len=1)
+  want = decoding.beam_search(model, init, batch_size=2, beam_size=3, max_len=4, **kw)
+  got = decoding.beam_search(model, init, batch_size=np.int64(2), beam_size=np.int32(3),
+                             max_len=np.array(4), **{**kw, "min_len": np.int64(1)})
+  jax.tree.map(np.testing.assert_array_equal, got, want)
+  np.testing.assert_array_equal(
+      decoding.greedy_search(model, init, batch_size=np.int64(2), max_len=np.int64(4), **kw)[0],
+      decoding.greedy_search(model, init, batch_size=2, max_len=4, **kw)[0])
+  for bad, message in [
+      (dict(beam_size=2.0), r"^beam_size=2\.0 is invalid: it must be an int >= 1\.$"),
+      (dict(beam_size=True), r"^beam_size=True is invalid"),
+      (dict(max_len=np.int64(0)), r"^max_len=np\.int64\(0\) is invalid"),
+      (dict(min_len=5), r"^min_len=5 is invalid: .* max_len=4\.$")]:
+    with pytest.raises(ValueError, match=message):
+      decoding.beam_search(model, init, **{**kw, "batch_size": 2, "beam_size": 3,
+                                           "max_len": 4, **bad})
