@@ -96,6 +96,13 @@ def test_tokens_vocabulary_and_batches(dirs):
   assert sst.normalize("plot\\/story") == "plot/story" and sst.normalize("It") == "it"
   assert sst.tokenize("It's tough to watch (but fantastic)") == [
       "it", "'s", "tough", "to", "watch", "(", "but", "fantastic", ")"]
+  # The corpus's ellipsis, dash and Penn Treebank quotes (the regex alone splits "..."
+  # and "--" into marks, and maps '"' to <unk>).
+  assert sst.tokenize('"Elling" -- it\'s fun... (really) "yes"!') == [
+      "``", "elling", "''", "--", "it", "'s", "fun", "...", "(", "really", ")", "``", "yes",
+      "''", "!"]
+  assert sst.tokenize("Wait…for it—\"no\"") == ["wait", "...", "for", "it", "--", "``",
+                                                  "no", "''"]
   config = small_config(dirs)
   data = sst.data(config)
   assert data.vocab.tokens[:2] == ("<pad>", "<unk>")
