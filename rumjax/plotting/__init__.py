@@ -12,7 +12,7 @@ of ``common`` and ``angles`` are also here (``plotting.save_recall(...)``).
 """
 
 from rumjax.plotting.common import (draw_accuracy_bars, draw_curves, figure, load_config,
-                                    load_json, require_matplotlib, save, save_copying,
+                                    require_matplotlib, save, save_copying,
                                     save_lam_sweep, save_orthogonality_drift, save_steps_and_time,
                                     save_recall)
 from rumjax.plotting.angles import (draw_cos_histograms, draw_cos_map, draw_kernel,

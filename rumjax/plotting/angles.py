@@ -11,8 +11,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from rumjax import analysis
-from rumjax.plotting.common import figure, load_config, load_json, require_matplotlib, save
+from rumjax import analysis, utils
+from rumjax.plotting.common import figure, load_config, require_matplotlib, save
 
 
 def draw_kernel(ax, kernel: np.ndarray, title: str = r"$W^{\tau}_{hh}$"):
@@ -153,7 +153,7 @@ def _params_label(model_dir: str, params_path: Optional[str], at: Optional[int])
   step), else the file name of the ``.npz``."""
   if at is not None:
     return f"step {at}"
-  result = load_json(os.path.join(model_dir, "result.json"))
+  result = utils.read_json(os.path.join(model_dir, "result.json"))
   if result and params_path == os.path.join(model_dir, "params.npz"):
     return f"step {result['steps']}"
   return os.path.basename(params_path)

@@ -179,15 +179,9 @@ def save_orthogonality_drift(result: Mapping[str, Any], path: str) -> str:
   return save(fig, path)
 
 
-def load_json(path: str) -> Optional[dict]:
-  """The JSON object in ``path``, or ``None`` if the file does not exist (one-line
-  ``ValueError`` if it is not JSON)."""
-  return utils.read_json(path)
-
-
 def load_config(model_dir: str) -> Optional[dict]:
   """A workdir's ``config.json`` (written by ``launch.reproduce``), or ``None``."""
-  return load_json(os.path.join(model_dir, "config.json"))
+  return utils.read_json(os.path.join(model_dir, "config.json"))
 
 
 def save_lam_sweep(fixed: Sequence[tuple], learned: Sequence[tuple],
