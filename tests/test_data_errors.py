@@ -161,7 +161,6 @@ def test_snli_binary_or_broken_gzip_is_named(tmp_path, gz):
   os.remove(dev)
   content = _snli_line("neutral", 1).encode() + BINARY
   write_files(manual, {"snli_1.0_dev.jsonl": content}, gz=["snli_1.0_dev.jsonl"] if gz else [])
-  name = dev + (".gz" if gz else "")
   start = len(_snli_line("neutral", 1).encode())
   with pytest.raises(prepare.SourceFileError, match=f"byte {start + 3} .line 2. is 0xf8"):
     snli.prepare(manual, str(tmp_path / "tfds"))

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 
-import jax
 import numpy as np
 import optax
 import pytest

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import pytest
 
 from rumjax.benchmarks import cells, kernel_resources

@@ -2,7 +2,6 @@
 write keeps the old file, nothing is left behind, and two writers of one file (two
 ``launch.reproduce --models=...`` in one experiment folder) leave one whole version."""
 
-import json
 import multiprocessing
 import os
 

@@ -393,7 +393,6 @@ def _cell_bwd(cfg: _Cfg, kernel_h, h, saved, g, dcos, memory=None):
   something to pass on (``aux``). Returns ``dL/dh_{t-1}``, the cotangent of the input
   projection ``x W_xh + b`` (<B, 3 Nh>) and ``aux``.
   """
-  n = h.shape[-1]
   (tau, upre, e), p, x, y, inv_norms, frame = saved
   if x is None:                                 # lam=0: the plane comes from _bwd
     x = apply_plane(p, h.astype(p.u.dtype))
@@ -441,7 +440,6 @@ def _accumulate(cfg: _Cfg, params, acc, h, x, dxp):
 
 def _bwd_lam0(cfg: _Cfg, params, inp, h_prev, acc, dh_final):
   kernel_x, bias, kernel_h = params
-  n = kernel_h.shape[0]
 
   def step(carry, inp):
     dh_next, acc = carry

@@ -21,7 +21,6 @@ limit); the loop adds :class:`LearningRateOnPlateau` itself when the config asks
 """
 
 import dataclasses
-import json
 import numbers
 import os
 import time
