@@ -553,9 +553,11 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
     writer = writer_lib.MetricWriter(workdir, start_step=step)
     log_every = config.get("log_every", 50) or 50
     summary = {"step": step, "preempted": False}
-    # The training metrics since the last record (``totals``, restored with the checkpoint
-    # so that a resumed run writes the records of an uninterrupted one) and the steps and
-    # time of this invocation among them (for ``steps_per_sec``).
+    # The training metrics since the last record (``totals``, restored with the checkpoint:
+    # after a kill the resumed run writes the records of an uninterrupted one; a stop
+    # writes the steps since the last record at its step, so the resumed run's next record
+    # covers only the steps after it) and the steps and time of this invocation among them
+    # (for ``steps_per_sec``).
     window_start, window_steps, cache = time.perf_counter(), 0, {}
 
     def write_window(step):
