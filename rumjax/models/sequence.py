@@ -58,8 +58,9 @@ def run_recurrence(cell: nn.RNNCellBase, xs: Array, *, seq_lengths: Optional[Arr
   Args:
     cell: a Flax recurrent cell (e.g. from :func:`rumjax.cells.make_cell`).
     xs: <float>[batch, T, features_in].
-    seq_lengths: optional <int>[batch] true lengths; steps past them are not run
-      (their outputs are unspecified, see ``nn.RNN``).
+    seq_lengths: optional <int>[batch] true lengths of right-padded rows: the steps past
+      them still run (their outputs are unspecified, see ``nn.RNN``), and the carry
+      returned with ``return_carry`` is the one at each row's length.
     train: training mode (zoneout masks) or evaluation.
     name: the name of the ``nn.RNN`` submodule.
     initial_carry: the cell's carry before the first step (default: its
@@ -179,7 +180,8 @@ class SequenceClassifier(TokenSequenceModel):
   """Softmax at the last step: tokens -> cell -> dense on the last output (fields: see
   :class:`TokenSequenceModel`).
 
-  With ``batch["lengths"]`` the last step of each row is ``lengths - 1``, else ``T - 1``.
+  With ``batch["lengths"]`` (each >= 1, the rows right-padded) the last step of each row
+  is ``lengths - 1``, else ``T - 1``.
   """
 
   @nn.compact
