@@ -51,6 +51,12 @@ def test_every_cell_runs_in_bfloat16(name):
   xs = _xs(1)
   variables = rnn.init(jax.random.key(0), xs)
   assert _leaves_dtypes(variables) == {jnp.dtype(jnp.float32)}
+  if name == "goru":
+    # modReLU with its bias at 2 jumps by 4 where a unit's input crosses 0, so one rounding
+    # can flip a unit (2.07 of 7.6 measured): compare the continuous b = 0 instead.
+    variables = jax.tree_util.tree_map_with_path(
+        lambda path, a: jnp.zeros_like(a) if "mod_bias" in jax.tree_util.keystr(path) else a,
+        variables)
 
   def loss(v):
     carry, ys = rnn.apply(v, xs)
@@ -59,6 +65,12 @@ def test_every_cell_runs_in_bfloat16(name):
   (value, (carry, ys)), grads = jax.value_and_grad(loss, has_aux=True)(variables)
   expected = jnp.float32 if name in FLAX_FLOAT32_OUTPUT else jnp.bfloat16
   assert ys.dtype == expected and ys.shape == (B, T, N)
+  # The values are the float32 policy's with the same parameters, to bfloat16's precision:
+  # 5e-2 of the largest output at most over these 8 steps (measured 2.5e-3 to 2.1e-2, eps_bf16
+  # = 2^-8 per operation).
+  _, ys32 = nn.RNN(make_cell(name, N), return_carry=True).apply(variables, xs)
+  scale = float(jnp.max(jnp.abs(ys32)))
+  assert float(jnp.max(jnp.abs(ys.astype(jnp.float32) - ys32))) <= 5e-2 * scale
   carry_dtype = jnp.float32 if name in UNITARY + FLAX_FLOAT32_OUTPUT else jnp.bfloat16
   if name == "rum":   # RUM's carry is its own (rumjax/cells/rum.py); R, if any, float32
     carry_dtype = jax.tree.leaves(carry)[-1].dtype

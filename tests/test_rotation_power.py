@@ -161,8 +161,10 @@ def test_angle_pi_values_and_gradients_finite(dtype, gap):
       assert np.all(np.isfinite(g_r)) and np.isfinite(g_lam)
     # Away from the rounding noise it is the principal power (rotation by lam (pi - gap)).
     if gap >= 1e-3 or (gap >= 1e-6 and dtype == jnp.float64):
+      # float32: eps / sin(theta) = 1e-4 at gap 1e-3 (measured 3.8e-5; lam 0.5005 is 1e-3
+      # away).
       np.testing.assert_allclose(rotation_power(r, 0.5), power_reference(r, 0.5),
-                                 atol=1e-3 if dtype == jnp.float32 else 1e-9)
+                                 atol=1e-4 if dtype == jnp.float32 else 1e-9)
 
 
 def test_exactly_minus_one_on_two_planes():
