@@ -90,7 +90,10 @@ def define_flags() -> None:
   flags.DEFINE_list("compare", [], "Only write the comparison table of these runs "
                     "(workdirs or results JSONs), e.g. --compare=/tmp/rum,/tmp/lstm.")
   flags.DEFINE_string("compare_out", None, "The comparison's Markdown file; default "
-                      "comparison.md in --workdir, else next to the first --compare run.")
+                      "comparison.md in --workdir, else next to the first --compare run "
+                      "(with --compare: not inside a run; an existing file only with "
+                      "--overwrite).")
+  flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP)
 
 
 def settings_from_flags(values, cell=None) -> babi_configs.Settings:
@@ -117,6 +120,22 @@ def parse_tasks(values) -> list[int]:
 def compare(paths, out_path) -> None:
   print(babi_configs.write_comparison(paths, out_path))
   print(f"comparison: {out_path}")
+
+
+def compare_problem(values) -> Optional[str]:
+  """Why ``--compare`` / ``--compare_out`` cannot be used as given, or ``None``: a run
+  named twice (two equal columns), or an explicit ``--compare_out`` inside a run, in a
+  run's folder or over an existing file without ``--overwrite``."""
+  if not values.compare:
+    return None
+  seen = {}
+  for path in values.compare:
+    real = os.path.realpath(path)
+    if real in seen:
+      return (f"--compare names {seen[real]} twice (as {path}); give each run once.")
+    seen[real] = path
+  return launch.output_problem("compare_out", values.compare_out, runs=values.compare,
+                               overwrite=values.overwrite)
 
 
 def cells_problem(values) -> Optional[str]:
@@ -150,7 +169,8 @@ def main(argv):
   del argv
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  launch.check_outputs(launch.output_problem("compare_out", FLAGS.compare_out),
+  launch.check_outputs(compare_problem(FLAGS) if FLAGS.compare
+                       else launch.output_problem("compare_out", FLAGS.compare_out),
                        launch.output_problem("results", FLAGS.results),
                        cells_problem(FLAGS))
   try:

@@ -132,7 +132,9 @@ flags.DEFINE_integer("matmul_size", 2048, "Size n of the n x n x n f32 matmul fo
 flags.DEFINE_float("max_step_ms", None, "Training table: a candidate whose warm step takes "
                    "longer is reported with that one step and not repeated.")
 flags.DEFINE_bool("rss", False, "Also measure peak RSS in a subprocess per candidate.")
-flags.DEFINE_string("output", None, "Write the results as JSON here.")
+flags.DEFINE_string("output", None, "Write the results as JSON here (not inside a run's "
+                    "folder; an existing file only with --overwrite).")
+flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP)
 flags.DEFINE_bool("decoding", False, "Time greedy vs beam search decoding instead of "
                   "training steps.")
 flags.DEFINE_string("decode_shape", "16x256x50000x100",
@@ -164,7 +166,8 @@ def lm_requested():
 
 def main(argv):
   del argv
-  launch.check_outputs(launch.output_problem("output", FLAGS.output))
+  launch.check_outputs(launch.output_problem("output", FLAGS.output, suffix=".json", runs=(),
+                                             overwrite=FLAGS.overwrite))
   try:
     for name in ("repeats", "matmul_size"):
       if FLAGS[name].value < 1:

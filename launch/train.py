@@ -96,6 +96,10 @@ def build_config(argv):
     if FLAGS.imports is not None:
       config.imports = FLAGS.imports   # recorded: launch.evaluate etc. import them too
     if FLAGS.cell is not None:
+      if "cell" not in config.model:   # it would be recorded and ignored
+        sys.exit(f"error: --cell={FLAGS.cell}: the {FLAGS.task} model "
+                 f"({config.model.get('name')}) has no recurrent cell to choose; leave "
+                 "--cell out (--variant chooses its configuration).")
       config.model.cell = FLAGS.cell
     task = tasks.get_task(FLAGS.task)
     if "model.hidden_size" not in overridden and task.hidden_size_for is not None:

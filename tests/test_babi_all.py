@@ -464,6 +464,28 @@ def test_cells_problem_refuses_a_repeated_cell_and_compare():
       "--cells does not go with --compare")
 
 
+def test_compare_problem_keeps_runs_and_files(tmp_path):
+  """--compare_out replaced any existing file and wrote into a compared run (review); a run
+  given twice gave two equal columns."""
+  import types
+  run = tmp_path / "babi_rum"
+  (run / "qa1").mkdir(parents=True)
+  (run / "results.json").write_text("{}")
+  precious = tmp_path / "notes.md"
+  precious.write_text("mine")
+  values = lambda **kw: types.SimpleNamespace(**{"compare": [str(run)], "compare_out": None,
+                                                 "overwrite": False, **kw})
+  assert babi_all.compare_problem(values()) is None
+  assert babi_all.compare_problem(values(compare_out=str(tmp_path / "cmp.md"))) is None
+  assert "already exists; pass --overwrite" in babi_all.compare_problem(
+      values(compare_out=str(precious)))
+  assert babi_all.compare_problem(values(compare_out=str(precious), overwrite=True)) is None
+  assert "lies inside" in babi_all.compare_problem(
+      values(compare_out=str(run / "qa1" / "cmp.md")))
+  assert babi_all.compare_problem(values(compare=[str(run), f"{run}/"])) == (
+      f"--compare names {run} twice (as {run}/); give each run once.")
+
+
 def test_read_results_names_a_file_that_is_not_babi_results(tmp_path):
   for content in ('{"settings": {"T": 30}, "recall": 1.0}', "[1, 2]",
                   '{"settings": null, "tasks": {}}'):

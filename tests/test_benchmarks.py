@@ -384,6 +384,27 @@ def test_output_in_a_missing_folder_is_created(tmp_path):
   assert "2x3x2x4" in json.loads(out.read_text())["shapes"]
 
 
+def test_output_never_replaces_a_file_or_writes_into_a_run(tmp_path):
+  """--output replaced any file, a run's config.json included (review: launch.evaluate then
+  failed on that run); now an existing file needs --overwrite and a run's folder is refused,
+  before anything is timed."""
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text('{"task": "copying"}')
+  kept = tmp_path / "bench.json"
+  kept.write_text('{"mine": 1}')
+  for out, message in [(run / "config.json", r"the folder of a run \(it holds config.json\)"),
+                       (run / "bench.json", r"the folder of a run"),
+                       (kept, r"already exists; pass --overwrite to replace it")]:
+    proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--shapes=2x3x2x4",
+                           "--candidates=gru", "--repeats=1", f"--output={out}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert re.search(message, proc.stderr.strip().splitlines()[-1]), proc.stderr[-500:]
+  assert (run / "config.json").read_text() == '{"task": "copying"}'
+  assert kept.read_text() == '{"mine": 1}' and not (run / "bench.json").exists()
+
+
 def test_check_candidates_accepts_every_listed_form():
   cells.check_candidates(cells.DEFAULT_CANDIDATES)
   cells.check_candidates(["rum1_kernel_r32_w8", "rum0_kernel_r0", "rum1:dp", "torch_lstm",

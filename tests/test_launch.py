@@ -288,6 +288,19 @@ def test_bad_input_exits_nonzero_with_a_clear_message(tmp_path, args, message):
   assert not os.path.exists(tmp_path / "bad" / "checkpoints")
 
 
+def test_cell_for_a_model_without_a_cell_is_refused(tmp_path):
+  """--cell=gru on tnews trained StarSaber and recorded "cell": "gru" (review), so the run
+  could neither resume without --cell nor be evaluated."""
+  proc = subprocess.run([sys.executable, "-m", "launch.train", "--task=tnews", "--cell=gru",
+                         f"--workdir={tmp_path / 'run'}", "--steps=2"], cwd=REPO, env=_env(),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: --cell=gru: the tnews model (starsaber) has no recurrent cell to choose; "
+      "leave --cell out (--variant chooses its configuration).")
+  assert not (tmp_path / "run").exists()
+
+
 def test_a_real_and_a_learned_lam_train_from_the_command_line(tmp_path):
   """--config.model.lam=0.5 trains; --config.model.learn_lam=True makes lam a parameter
   (in the checkpoint, kept >= 0), logged with every evaluation as params/.../lam."""

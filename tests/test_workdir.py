@@ -94,6 +94,21 @@ def test_resume_with_another_config_is_refused_and_nothing_is_touched(tmp_path):
   assert summary["step"] == 7
 
 
+def test_an_experiment_folder_is_not_a_run_workdir(tmp_path):
+  # launch.train into launch.reproduce's experiment folder wrote a run beside its models'
+  # folders (review); launch.plot then drew that run instead of the models.
+  experiment = tmp_path / "recall_T30"
+  (experiment / "rum_lam1").mkdir(parents=True)
+  (experiment / "results.json").write_text('{"rum_lam1": {}}')
+  before = _snapshot(str(experiment))
+  with pytest.raises(training.WorkdirError, match=r"holds results.json: it is the folder of "
+                                                  r"an experiment .* pass a new --workdir"):
+    training.train_and_evaluate(_config(num_steps=1), str(experiment), toy_task.TASK)
+  assert _snapshot(str(experiment)) == before
+  assert training.train_and_evaluate(_config(num_steps=1), str(experiment / "rum_lam1"),
+                                     toy_task.TASK)["step"] == 1
+
+
 def test_a_checkpoint_that_does_not_fit_is_an_error_not_corruption(tmp_path):
   """The second guard (no config.json to compare, e.g. a workdir copied without it): the
   checkpoint's tree (orbax metadata) against the new state; nothing is moved."""

@@ -439,6 +439,7 @@ def train_and_evaluate(config, workdir: str, task, hooks: Sequence[Any] = (),
   existed = os.path.isdir(workdir)
   fresh = not existed or not os.listdir(workdir)
   workdir_lib.check_writable(workdir)
+  workdir_lib.check_not_experiment(workdir)
   try:
     with contextlib.ExitStack() as stack:
       if stop is None:

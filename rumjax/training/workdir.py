@@ -57,6 +57,18 @@ def check_writable(workdir: str) -> None:
                        "--workdir you can write to.") from err
 
 
+def check_not_experiment(workdir: str) -> None:
+  """A one-line :class:`WorkdirError` if ``workdir`` is the folder of an experiment (a
+  ``results.json`` of ``launch.reproduce`` or ``launch.babi_all``, no ``config.json``):
+  its runs are its subfolders, and a run written beside them would be taken for one of
+  them (``launch.plot`` drew it instead of the experiment's models)."""
+  if (os.path.isfile(os.path.join(workdir, "results.json"))
+      and not os.path.exists(os.path.join(workdir, "config.json"))):
+    raise WorkdirError(f"workdir {workdir!r} holds results.json: it is the folder of an "
+                       "experiment (launch.reproduce, launch.babi_all) whose runs are its "
+                       "subfolders; pass a new --workdir, or one of those runs to resume it.")
+
+
 def _holder_text(holder: dict) -> str:
   return (f"host {holder.get('host')}, pid {holder.get('pid')}, started "
           f"{holder.get('start')}")
