@@ -40,6 +40,11 @@ def define_config_flag(argv) -> None:
     saved = utils.read_json(os.path.join(workdir, "config.json"), {})
   except ValueError as err:
     sys.exit(f"error: {err}")
+  for flag in ("task", "variant"):   # the saved config would silently replace them
+    given = configs.argv_value(argv, flag)
+    if saved and given is not None and given != saved.get(flag):
+      sys.exit(f"error: --{flag}={given}, but the run in {workdir} was trained with "
+               f"{flag} {saved.get(flag)!r} (its config.json); leave --{flag} out.")
   name = configs.argv_value(argv, "task") or saved.get("task")
   if not name:
     if launch.help_requested(argv) is not None:

@@ -45,6 +45,11 @@ def main(argv):
              "submission function); use launch.evaluate for its metrics.")
   from rumjax import training
   pred = FLAGS.pred or task.submission_pred
+  preds = task.submission_preds or (task.submission_pred,)
+  if pred not in preds:   # e.g. "metrics": the submission cannot read its output
+    sys.exit(f"error: --pred={pred}: the {config.task} submission is written from the "
+             f"output of {' or '.join(map(repr, preds))}; pass one of them (or leave --pred "
+             "out), or use launch.evaluate for metrics.")
   seconds = []
   try:
     step, rows = training.predict_checkpoint(config, workdir, task, FLAGS.split,

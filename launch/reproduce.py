@@ -131,6 +131,8 @@ def main(argv):
   try:
     options = options_from_flags(FLAGS)
     experiments.check_options(options)
+    for name in FLAGS.experiment:   # every experiment's --models, before any trains
+      experiments.select_models(EXPERIMENTS[name], FLAGS.models)
     sharding.use_cpu_devices(FLAGS.cpu_devices)
     launch.warn_cpu_devices(FLAGS.cpu_devices)
   except ValueError as err:

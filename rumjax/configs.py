@@ -62,7 +62,8 @@ def override_paths(argv: Iterable[str], flag: str = "config") -> list[str]:
 
 def set_fields(config, updates: Mapping[str, Any]) -> None:
   """Sets dotted fields (``{"model.lam": 0, "seed": 1}``) of a ConfigDict in place;
-  ``ValueError`` for an unknown field (see :func:`check_fields`)."""
+  ``ValueError`` for an unknown field (see :func:`check_fields`) or a value of another type
+  than the field's (``model.eta=abc`` for a float)."""
   check_fields(config, updates)
   with config.unlocked():
     for path, value in updates.items():
@@ -70,7 +71,11 @@ def set_fields(config, updates: Mapping[str, Any]) -> None:
       node = config
       for p in parents:
         node = node[p]
-      node[leaf] = value
+      try:
+        node[leaf] = value
+      except TypeError as err:   # ml_collections keeps each field's type
+        raise ValueError(f"{path}={value!r} is not of the field's type "
+                         f"({node.get_type(leaf).__name__}; now {node[leaf]!r}).") from err
 
 
 def update_from_dict(config, values: Mapping[str, Any], prefix: str = "") -> None:

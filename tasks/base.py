@@ -50,6 +50,8 @@ class Task:
       by ``launch.train`` when ``--cell`` changes and ``model.hidden_size`` is not given).
     submission: ``(config, rows) -> [str]``, ``launch.predict``'s output lines.
     submission_pred: the predict function ``launch.predict`` uses by default.
+    submission_preds: the predict functions whose output ``submission`` reads (``()``:
+      ``submission_pred`` alone).
     sentence_batch: ``(config, sentence, hypothesis) -> (tokens, batch)``, one sentence
       as the model's batch (``launch.attention``).
     tokenize: ``text -> [token]`` as the task's data tokenises it.
@@ -71,6 +73,7 @@ class Task:
   hidden_size_for: Optional[Callable[[str, Any], int]] = None
   submission: Optional[Callable[[Config, Sequence[Mapping[str, Any]]], list]] = None
   submission_pred: str = "predict"
+  submission_preds: Sequence[str] = ()
   sentence_batch: Optional[Callable[..., tuple]] = None
   tokenize: Optional[Callable[[str], list]] = None
   to_text: Optional[Callable[..., str]] = None
@@ -80,7 +83,8 @@ class Task:
       raise ValueError(f"a task name must be a non-empty string, got {self.name!r}.")
     for field in dataclasses.fields(self):
       value = getattr(self, field.name)
-      if field.name not in ("name", "variants", "eval_splits", "submission_pred") and (
+      if field.name not in ("name", "variants", "eval_splits", "submission_pred",
+                            "submission_preds") and (
           value is not None and not callable(value)):
         raise TypeError(f"task {self.name!r}: {field.name} must be callable or None, "
                         f"got {type(value).__name__}.")

@@ -242,6 +242,13 @@ def check_data_folders(config: Mapping[str, Any], expected: str) -> None:
   if config["manual_dir"] and not os.path.isdir(os.path.expanduser(config["manual_dir"])):
     raise ValueError(f"config.manual_dir={config['manual_dir']!r} is not a folder; it must "
                      f"hold {expected}, or be '' to download them.")
+  data_dir = os.path.expanduser(config["data_dir"])
+  while data_dir and not os.path.exists(data_dir):   # the part of the path that exists
+    data_dir = os.path.dirname(data_dir.rstrip(os.sep))
+  if data_dir and not os.path.isdir(data_dir):
+    raise ValueError(f"config.data_dir={config['data_dir']!r}: {data_dir} is a file; pass a "
+                     "folder for the prepared data (it is created if missing), or '' for "
+                     "the default.")
 
 
 def check_task(config, name: str, variants) -> None:

@@ -446,4 +446,5 @@ def make_task(*, name: str, get_config: Callable, validate_config: Callable,
       variants=tuple(variants), eval_splits=EVAL_SPLITS,
       predict_fns=bind(predict_fns, data=data), text_fns=bind(text_fns, data=data),
       submission=bind(submission, data=data), submission_pred="beam",
+      submission_preds=("beam", "greedy"),
       to_text=bind(to_text, data=data))

@@ -408,3 +408,26 @@ def test_a_wrong_babi_folder_is_not_called_changed_files_and_leaves_no_folder(tm
     assert not _said(caplog, "changed since")
     assert sorted(os.listdir(data_dir / "babi")) == before
   assert prepare.remove_empty_folders([str(data_dir / "babi")]) == []   # holds the data
+
+
+@pytest.mark.parametrize("task_name", ["ptb", "babi", "sst", "snli", "tnews",
+                                       "cnn_dailymail", "stories"])
+def test_a_data_dir_that_is_a_file_is_a_one_line_config_error(tmp_path, task_name):
+  # It was a NotADirectoryError traceback from the TFDS preparation (review).
+  import tasks as tasks_lib
+  task = tasks_lib.get_task(task_name)
+  config = task.get_config()
+  afile = tmp_path / "afile"
+  afile.write_text("")
+  if task_name == "stories":   # it has no download: its manual_dir is checked first
+    config.manual_dir = str(tmp_path)
+  for data_dir in (str(afile), str(afile / "sub")):
+    config.data_dir = data_dir
+    with pytest.raises(ValueError, match=rf"^config.data_dir='{data_dir}': {afile} is a file; "
+                                         r"pass a folder"):
+      task.validate_config(config)
+  config.data_dir = str(tmp_path / "new" / "folder")   # missing folders are created later
+  try:
+    task.validate_config(config)
+  except ValueError as err:
+    assert "data_dir" not in str(err)

@@ -513,6 +513,17 @@ def test_predict_writes_a_clue_submission(tmp_path):
                                f"--output={tmp_path}", f"--config.manual_dir={folder}"],
                               cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
   assert folder_out.returncode != 0 and "is a folder" in folder_out.stderr.splitlines()[-1]
+  # --pred=metrics is a predict function of the task, but the submission cannot read it
+  # (review: an IndexError after predicting the whole split).
+  metrics = subprocess.run([sys.executable, "-m", "launch.predict", f"--workdir={wd}",
+                            f"--output={tmp_path / 'm.json'}", "--pred=metrics",
+                            f"--config.manual_dir={folder}"],
+                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert metrics.returncode != 0 and "Traceback" not in metrics.stderr
+  assert metrics.stderr.strip().splitlines()[-1] == (
+      "error: --pred=metrics: the afqmc submission is written from the output of 'predict'; "
+      "pass one of them (or leave --pred out), or use launch.evaluate for metrics.")
+  assert not (tmp_path / "m.json").exists()
 
 
 def _start_until(workdir, marker, *extra, launcher="launch.train", env=None):

@@ -42,6 +42,9 @@ def test_metrics_equal_the_logged_final_evaluation(run):
     (["--best"], "error: no checkpoints in"),
     (["--step=7"], "error: no checkpoint at step 7 in"),
     (["--config.learning_rat=1"], "unknown config field 'learning_rat'"),
+    # The saved config replaced them silently (review: T50 gave T30's numbers).
+    (["--variant=T50"], "error: --variant=T50, but the run in"),
+    (["--task=copying"], "was trained with task 'recall' (its config.json); leave --task out."),
 ])
 def test_bad_input_is_one_line(run, args, message):
   proc = _evaluate(f"--workdir={run}", *args)

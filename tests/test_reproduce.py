@@ -290,6 +290,11 @@ def test_configs_of_the_paper():
       "learning_rate": 3e-3, "model.eta": None, "model.cell": "gru"}
   with pytest.raises(ValueError, match="unknown config field 'nope'"):
     experiments.model_config(recall, "gru", experiments.Options(sets={"nope": 1}))
+  # A value of another type was a TypeError traceback from ml_collections (review).
+  with pytest.raises(ValueError, match=r"^model.eta='abc' is not of the field's type "
+                                       r"\(float; now None\)\.$"):
+    experiments.model_config(recall, "gru", experiments.Options(
+        sets=experiments.parse_overrides(["model.eta=abc"])))
   # A --set of a field the run's options set was silently replaced (log_every 100 -> 10).
   for sets, flag in [({"log_every": 100}, "--log_every"), ({"checkpoint_every": 7},
                      "--eval_every"), ({"keep_checkpoints": 5}, "--keep_checkpoints"),
@@ -355,6 +360,13 @@ def test_command_lines(runs, tmp_path):
        f"--workdir={tmp_path}", "--models=rum_lam9"], cwd=REPO, env=env,
       capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "unknown model(s) ['rum_lam9']" in proc.stderr
+  proc = subprocess.run(   # the second experiment's --models: before the first trains
+      [sys.executable, "-m", "launch.reproduce", "--experiment=recall_T30,sst_binary",
+       f"--workdir={tmp_path / 'two'}", "--models=gru", "--tiny", "--steps=3"], cwd=REPO,
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: unknown model(s) ['gru'] for sst_binary"), proc.stderr[-2000:]
+  assert not (tmp_path / "two").exists()
   proc = subprocess.run(   # an empty --experiment (an unset shell variable) did nothing
       [sys.executable, "-m", "launch.reproduce", "--experiment=", f"--workdir={tmp_path}"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

@@ -270,6 +270,11 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
         sharding_lib.check_batch_size(size, mesh)
       except ValueError as err:
         raise ValueError(f"{what}: {err}") from None
+  # Every evaluator's split can be read, before the first step: a split the data lacks
+  # (cnn_dailymail's sample has no test stories) ended a trained run at its final
+  # evaluation. A task's eval_data raises at the call for a missing split.
+  for split in {entry["split"] for entry in (config.get("evals") or {}).values()}:
+    data_fn(split, None)
 
   text_fns = task.text_fns(config) if task.text_fns is not None else {}
   return evaluators_lib.build_evaluators(
