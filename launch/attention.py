@@ -74,6 +74,9 @@ def run(values) -> str:
       raise ValueError(f"task {config.task!r} has no sentence_batch: attention pictures "
                        "are for the sst and snli tasks.")
     tokens, batch = task.sentence_batch(config, values.sentence, values.hypothesis)
+    if "inputs" in batch and values.role != "premise":   # one sentence: no roles
+      raise ValueError(f"--role={values.role}: {config.task} reads one sentence; --role is "
+                       "for snli's premise and hypothesis.")
     if "inputs" not in batch and values.role == "hypothesis":
       tokens = task.tokenize(values.hypothesis or values.sentence)
     sentence = None if "inputs" in batch else values.role

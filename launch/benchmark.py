@@ -156,6 +156,37 @@ flags.DEFINE_list("encoder_shapes", ["32x64", "32x256"], "Encoder shapes BxT.")
 flags.DEFINE_string("encoder_size", "4x256", "Encoder size LxD: layers, hidden size.")
 
 
+# The flags only one table reads (the others: --repeats, --dtype, --matmul_size,
+# --cpu_devices, --output are every table's).
+TABLE_FLAGS = {
+    "training": ("shapes", "candidates", "forward", "rss", "max_rum1_hidden", "max_step_ms"),
+    "decoding": ("decode_shape", "min_len", "beam_sizes", "decode_cells"),
+    "encoders": ("encoders", "encoder_shapes", "encoder_size"),
+    "lm": ("lm", "lm_shape", "lm_scale"),
+}
+
+
+def table() -> str:
+  """The table this command times: ``--decoding``, else the encoders' or the language
+  models' table when one of their flags is given, else the training table."""
+  if FLAGS.decoding:
+    return "decoding"
+  if encoders_requested():
+    return "encoders"
+  return "lm" if lm_requested() else "training"
+
+
+def unused_flag_problem() -> None:
+  """A ``ValueError`` for a flag of another table than the one timed (it would be
+  silently ignored)."""
+  timed = table()
+  for name, names in TABLE_FLAGS.items():
+    for flag in names:
+      if name != timed and FLAGS[flag].present:
+        raise ValueError(f"--{flag} is a flag of the {name} table, but this command times "
+                         f"the {timed} table; leave it out.")
+
+
 def encoders_requested():
   return any(FLAGS[f].present for f in ("encoders", "encoder_shapes", "encoder_size"))
 
@@ -173,6 +204,7 @@ def main(argv):
       if FLAGS[name].value < 1:
         raise ValueError(f"--{name}={FLAGS[name].value} must be >= 1.")
     resolve_dtype(FLAGS.dtype)
+    unused_flag_problem()
     if FLAGS.decoding:                         # the arguments first, then minutes of timing
       decoding.parse_decode_shape(FLAGS.decode_shape)
       decoding.parse_beam_sizes(FLAGS.beam_sizes)
@@ -204,14 +236,8 @@ def run():
   print(f"computation dtype: {FLAGS.dtype} (parameters float32)")
   results = {"peak_gflops": peak / 1e9, "repeats": FLAGS.repeats, "shapes": {},
              "devices": jax.device_count(), "cores": os.cpu_count(), "dtype": FLAGS.dtype}
-  if FLAGS.decoding:
-    run_decoding(results)
-  elif encoders_requested():
-    run_encoders(results)
-  elif lm_requested():
-    run_lm(results)
-  else:
-    run_training(results, peak)
+  {"decoding": run_decoding, "encoders": run_encoders, "lm": run_lm,
+   "training": lambda r: run_training(r, peak)}[table()](results)
   return results
 
 

@@ -405,6 +405,19 @@ def test_output_never_replaces_a_file_or_writes_into_a_run(tmp_path):
   assert kept.read_text() == '{"mine": 1}' and not (run / "bench.json").exists()
 
 
+def test_a_flag_of_another_table_is_refused():
+  """--forward and --decode_shape beside --encoders were silently ignored (review)."""
+  proc = subprocess.run([sys.executable, "-m", "launch.benchmark", "--encoders=rezero",
+                         "--encoder_size=1x8", "--encoder_shapes=2x4", "--repeats=1",
+                         "--decode_shape=abc"], cwd=REPO, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: --decode_shape is a flag of the decoding table, but this command times the "
+      "encoders table; leave it out.")
+  assert "peak f32 matmul" not in proc.stdout
+
+
 def test_check_candidates_accepts_every_listed_form():
   cells.check_candidates(cells.DEFAULT_CANDIDATES)
   cells.check_candidates(["rum1_kernel_r32_w8", "rum0_kernel_r0", "rum1:dp", "torch_lstm",

@@ -174,6 +174,14 @@ def test_attention_launch_writes_a_png(trained, tmp_path):
   assert launch_attention.run(values) == out
   with open(out, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  # --role is for snli's two sentences; on sst it drew the sentence anyway (review).
+  values = flags.FlagValues()
+  launch_attention.define_flags(values)
+  values(["attention", f"--workdir={workdir}", f"--out={tmp_path / 'role.png'}",
+          "--sentence=It 's good", "--role=hypothesis"])
+  with pytest.raises(SystemExit, match=r"^error: --role=hypothesis: sst reads one sentence"):
+    launch_attention.run(values)
+  assert not (tmp_path / "role.png").exists()
 
 
 # ------------------------------------------------------------------------ word vectors
