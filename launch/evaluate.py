@@ -93,6 +93,11 @@ def setup():
   except ValueError as err:
     sys.exit(f"error: {err}")
   workdir = os.path.join(FLAGS.workdir, "best") if FLAGS.best else FLAGS.workdir
+  if FLAGS.best and not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    sys.exit(f"error: --best: {FLAGS.workdir} kept no best checkpoint ({workdir} is "
+             "empty or missing): the run had no early stopping (config."
+             "early_stopping_metric) or stopped before its first evaluation; leave --best "
+             "out to use its latest checkpoint.")
   return config, task, workdir
 
 
