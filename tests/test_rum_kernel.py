@@ -457,12 +457,10 @@ def test_kernel_lowers_for_cuda(lam, batch, steps, nx, nh, dtype):
 
 
 @pytest.mark.parametrize("lam", [pytest.param(0, marks=pytest.mark.slow), 1])
-def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
-  """The recall task's model (RUM cell, Nh 50) in a training step lowered for CUDA as on a
-  one-GPU machine (impl="auto" resolved for the GPU backend): the models reach the kernel
-  through the cells, forward and backward (two Triton kernels)."""
-  monkeypatch.setattr(rum, "select_impl",
-                      functools.partial(rum.select_impl, backend="gpu", devices=1))
+def test_a_task_model_reaches_the_kernel_on_a_gpu(lam):
+  """The recall task's model (RUM cell, Nh 50, impl="auto") in a training step lowered for
+  CUDA on this CPU host: the models reach the kernel through the cells, forward and
+  backward (two Triton kernels), because "auto" decides where it is lowered."""
   task = tasks.get_task("recall")
   config = task.get_config()
   config.update(length=8, batch_size=4, num_train=8, num_dev=4, num_test=4)
@@ -478,6 +476,25 @@ def test_a_task_model_reaches_the_kernel_on_a_gpu(lam, monkeypatch):
 
   module = kernel_resources.export_for_cuda(jax.grad(loss), params).mlir_module()
   assert module.count(TRITON + "(") == 2
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_auto_decides_on_the_platform_it_is_lowered_for(lam):
+  """impl="auto" chose from the default backend: exported for CUDA from a CPU host it held
+  the XLA scan (review). Now CUDA gets the kernel (two Triton calls: forward and backward),
+  the CPU the XLA scan alone, and its values and gradients are the fast path's."""
+  params, _, _ = _problem(lam, 5)
+  xs = jax.random.normal(jax.random.key(3), (2, 3, 3))
+
+  def loss(impl):
+    return lambda p, x: jnp.sum(rum_scan(p, x, lam=lam, eta=1.0, impl=impl)[1] ** 2)
+
+  cuda = kernel_resources.export_for_cuda(jax.grad(loss("auto")), params, xs).mlir_module()
+  assert cuda.count(TRITON + "(") == 2
+  cpu = export.export(jax.jit(jax.grad(loss("auto"))), platforms=["cpu"])(params, xs)
+  assert TRITON not in cpu.mlir_module()
+  jax.tree.map(np.testing.assert_array_equal, jax.grad(loss("auto"))(params, xs),
+               jax.grad(loss("fast"))(params, xs))
 
 
 @pytest.mark.slow    # an opt-in option (tuning); the default path's lowering is tested above

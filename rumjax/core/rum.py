@@ -328,36 +328,48 @@ def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
   return None
 
 
-def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
-                backend: Optional[str] = None, devices: Optional[int] = None,
-                batch: Optional[int] = None, shards: Optional[int] = None) -> str:
-  """The implementation ``rum_scan(impl=...)`` runs: ``"auto"`` resolved, the others as is.
-
-  ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a GPU for ``lam``
-  0 and 1, float32 or bfloat16 and a padded hidden size up to
+def kernel_auto_eligible(*, lam, return_cos: bool, nh: int, dtype,
+                         devices: Optional[int] = None, batch: Optional[int] = None,
+                         shards: Optional[int] = None) -> bool:
+  """Whether ``impl="auto"`` runs the fused kernel where the computation is lowered for a
+  CUDA GPU: ``lam`` 0 or 1, float32 or bfloat16, a padded hidden size up to
   :data:`KERNEL_AUTO_MAX_HIDDEN` (lam=0: 256, lam=1: 128, where an H100 measured it faster
-  than the XLA scan), without ``return_cos``, on one device or with the batch split over
-  every device by the mesh in context (the training loop's ``data`` axis; the kernel then
-  runs per shard in a ``shard_map``, :func:`rumjax.core.rum_kernel.kernel_scan`); the XLA
-  fast path (:mod:`rumjax.core.rum_fast`) everywhere else: CPUs, TPUs, a real ``lam``,
-  ``return_cos``, larger hidden sizes, several devices without such a mesh or with a batch
-  that does not split evenly (XLA's partitioner cannot split the kernel's custom call: it
-  would gather the batch and repeat the whole kernel on every GPU).
-  ``backend`` defaults to ``jax.default_backend()``, ``devices`` to ``jax.device_count()``,
-  ``shards`` to :func:`rumjax.sharding.context_batch_shards`; ``batch`` (the flattened batch
-  size; None: not checked).
-  """
-  if impl != "auto":
-    return impl
-  backend = jax.default_backend() if backend is None else backend
+  than the XLA scan), no ``return_cos``, on one device or with the batch split over every
+  device by the mesh in context (the training loop's ``data`` axis; the kernel then runs
+  per shard in a ``shard_map``, :func:`rumjax.core.rum_kernel.kernel_scan`); not with
+  several devices without such a mesh or with a batch that does not split evenly (XLA's
+  partitioner cannot split the kernel's custom call: it would gather the batch and repeat
+  the whole kernel on every GPU). ``devices`` defaults to ``jax.device_count()``,
+  ``shards`` to :func:`rumjax.sharding.context_batch_shards`; ``batch`` is the flattened
+  batch size (None: not checked)."""
   devices = jax.device_count() if devices is None else devices
   shards = sharding.context_batch_shards() if shards is None else shards
   split = devices == 1 or (shards == devices and (batch is None or batch % shards == 0))
-  if (backend == "gpu" and split
-      and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype) is None
-      and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN[int(lam)]):
-    return "kernel"
-  return "fast"
+  return bool(split and kernel_unsupported(lam=lam, return_cos=return_cos, dtype=dtype) is None
+              and rum_kernel.padded_size(nh) <= KERNEL_AUTO_MAX_HIDDEN[int(lam)])
+
+
+def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
+                backend: Optional[str] = None, devices: Optional[int] = None,
+                batch: Optional[int] = None, shards: Optional[int] = None) -> str:
+  """The implementation ``rum_scan(impl=...)`` runs on ``backend``: ``"auto"`` resolved,
+  the others as is.
+
+  ``"auto"``: the fused Pallas kernel (:mod:`rumjax.core.rum_kernel`) on a CUDA GPU where
+  :func:`kernel_auto_eligible`, the XLA fast path (:mod:`rumjax.core.rum_fast`)
+  everywhere else: CPUs, TPUs, other GPUs, a real ``lam``, ``return_cos``, larger hidden
+  sizes. ``rum_scan`` makes this choice when the computation is lowered
+  (``jax.lax.platform_dependent``), so that a function exported for CUDA from a CPU host
+  holds the kernel; this function says what runs on ``backend`` (default: the platform of
+  this process's first device, e.g. ``"cuda"``, ``"cpu"``; ``"gpu"`` counts as CUDA) for
+  the training log and the benchmarks.
+  """
+  if impl != "auto":
+    return impl
+  backend = jax.devices()[0].platform if backend is None else backend
+  eligible = kernel_auto_eligible(lam=lam, return_cos=return_cos, nh=nh, dtype=dtype,
+                                  devices=devices, batch=batch, shards=shards)
+  return "kernel" if backend in ("gpu", "cuda") and eligible else "fast"
 
 
 _DESCRIPTIONS = {
@@ -564,6 +576,8 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     raise ValueError(
         f"h0 has shape {h_shape} but xs of shape {jnp.shape(xs)} with Nh={nh} needs "
         f"{tuple(batch_shape) + (nh,)}.")
+  auto_kernel = impl == "auto" and kernel_auto_eligible(
+      lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype, batch=math.prod(batch_shape))
   impl = select_impl(impl, lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype,
                      batch=math.prod(batch_shape))
   if impl == "kernel":
@@ -573,7 +587,11 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
   _log_impl(impl, lam)
   static = lam if isinstance(lam, int) else "real"
   lam_value = None if static != "real" else jnp.asarray(lam, at_least_float32(dtype))
-  return _rum_scan(params, xs, carry, lam_value, lam=static, eta=eta, activation=activation,
-                   update_gate=bool(update_gate), time_major=bool(time_major),
-                   unroll=unroll, return_cos=bool(return_cos), impl=impl,
-                   precision=resolve_precision(precision))
+  scan = lambda which: functools.partial(
+      _rum_scan, lam_value=lam_value, lam=static, eta=eta, activation=activation,
+      update_gate=bool(update_gate), time_major=bool(time_major), unroll=unroll,
+      return_cos=bool(return_cos), impl=which, precision=resolve_precision(precision))
+  if auto_kernel:   # decided where it is lowered: the kernel for CUDA, else the XLA scan
+    return jax.lax.platform_dependent(params, xs, carry, cuda=scan("kernel"),
+                                      default=scan("fast"))
+  return scan(impl)(params, xs, carry)
