@@ -34,8 +34,11 @@ def check_fields(config: Mapping[str, Any], paths: Iterable[str]) -> None:
       close = difflib.get_close_matches(path, known, n=3, cutoff=0.5)
       hint = (f"closest: {', '.join(close)}" if close else
               f"top-level fields: {', '.join(k for k in known if '.' not in k)}")
-      raise ValueError(f"unknown config field {path!r} ({hint}); --helpfull lists every "
-                       "field, nested ones as --config.model.FIELD.")
+      task = config.get("task") if hasattr(config, "get") else None
+      where = f"--task={task} " if task else ""
+      raise ValueError(f"unknown config field {path!r} ({hint}); `python -m launch.train "
+                       f"{where}--helpfull` lists every field, nested ones as "
+                       "--config.model.FIELD.")
 
 
 def argv_value(argv: Iterable[str], name: str, default: Any = None) -> Any:
