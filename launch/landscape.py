@@ -3,8 +3,9 @@ r"""Figure 8 of the RUM paper: loss landscapes of trained RUM and GORU recall mo
     python -m launch.landscape --rum_workdir=/tmp/landscape_rum \
         --goru_workdir=/tmp/landscape_goru --overwrite   # -> docs/figures/landscape_*.png
 
-For each workdir (a ``launch.train`` run of the recall task: ``config.json`` and
-checkpoints; the latest checkpoint is used) the loss on the first training batch is
+For each workdir (a ``launch.train`` run: ``config.json`` and checkpoints, the latest
+checkpoint used; Figure 8's are recall runs, and a run of any task with a RUM or GORU cell
+works the same way, on its own task's loss) the loss on the first training batch is
 evaluated along ``w* + alpha d1`` (``--points`` values of ``alpha`` in
 ``[-span, span]``) and over ``w* + alpha d1 + beta d2`` (a ``--grid`` x ``--grid`` plane),
 where ``d1, d2`` are filter-normalised random directions (Li et al., 2018) over the
@@ -33,9 +34,9 @@ OUTPUTS = ("landscape_1d.png", "landscape_2d.png", "landscape.json")   # in --ou
 def define_flags(flag_values=flags.FLAGS) -> None:
   """The command-line flags (defined only when run as a script, or on ``flag_values``)."""
   f = dict(flag_values=flag_values)
-  flags.DEFINE_string("rum_workdir", None, "Training workdir of a RUM recall run.",
+  flags.DEFINE_string("rum_workdir", None, "Training workdir of a RUM run (recall for Figure 8).",
                       required=True, **f)
-  flags.DEFINE_string("goru_workdir", None, "Training workdir of a GORU recall run.",
+  flags.DEFINE_string("goru_workdir", None, "Training workdir of a GORU run (recall for Figure 8).",
                       required=True, **f)
   flags.DEFINE_string("out_dir", "docs/figures", "Where the PNGs and landscape.json go.",
                       **f)
