@@ -301,9 +301,9 @@ def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: d
     params = scalar_params(state.params)
     record.update(params)
     if fresh:   # what ran at this step already is in metrics.jsonl once, params included
-      written = cache.get(("params", step), False)
+      written = cache.get(("params",)) == step   # the step whose params are written
       writer.write(step, {**fresh, **({} if written else params)})
-      cache[("params", step)] = True
+      cache[("params",)] = step
     logging.info("step %d %s%s", step, "final " if final else "", _fmt(record))
     if not final:
       state = hooks_lib.call_after_eval(hooks_, step, state, record, ctx)
