@@ -286,6 +286,26 @@ def test_drift_picture_and_table(tmp_path):
     orthogonality.drift("f16", None, np.zeros((1, 3, 3)), [3])
 
 
+def test_naive_scan_keeps_a_zero_hidden_state_zero():
+  """The naive bfloat16 variant normalises ``h'`` as ``rum_scan`` does: a ReLU that zeroes
+  every unit gives ``h = 0``, not ``0/0`` (``launch.orthogonality --nh=8`` printed nan)."""
+  nh = 4
+  params = rumjax.core.init_rum_params(jax.random.key(0), nh, nh)
+  params = {**params, "bias": params["bias"].at[2 * nh:].set(-100.0)}  # e < 0: h' = 0
+  xs = jax.random.normal(jax.random.key(1), (2, 3, nh))
+  r, h = orthogonality.naive_bfloat16_scan(params, xs, (jnp.eye(nh)[None].repeat(2, 0),
+                                                        jnp.zeros((2, nh))))
+  assert np.all(np.asarray(h, np.float32) == 0) and np.all(np.isfinite(np.asarray(r, np.float32)))
+
+
+def test_a_memory_that_is_not_finite_is_none_in_the_numbers():
+  """A diverged ``R`` is ``None`` (JSON null: no bare NaN in the file) and "not finite" in
+  the table."""
+  assert orthogonality.orthogonality_error(np.full((1, 2, 2), np.nan)) is None
+  result = {"ts": [10], "errors": {"float32": [1e-7], "bfloat16_naive": [None]}}
+  assert orthogonality.format_table(result).splitlines()[2] == "| 10 | 1e-07 | not finite |"
+
+
 @pytest.mark.parametrize("args,message", [
     (["--ts=10,abc"], "--ts=10,abc: give positive integers"),
     (["--batch=0"], "--batch=0: give a positive integer"),

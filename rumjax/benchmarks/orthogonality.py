@@ -34,11 +34,13 @@ LABELS = {
 }
 
 
-def orthogonality_error(r) -> float:
-  """``max |R^T R - 1|`` over a batch of matrices <[..., N, N]>, in float64 on the host."""
+def orthogonality_error(r) -> Optional[float]:
+  """``max |R^T R - 1|`` over a batch of matrices <[..., N, N]>, in float64 on the host;
+  ``None`` if ``R`` is not finite (JSON has no NaN: the results file stays standard)."""
   r = np.asarray(jnp.asarray(r, jnp.float32), np.float64)
   gram = np.einsum("...ji,...jk->...ik", r, r)
-  return float(np.max(np.abs(gram - np.eye(r.shape[-1]))))
+  error = float(np.max(np.abs(gram - np.eye(r.shape[-1]))))
+  return error if np.isfinite(error) else None
 
 
 def _naive_step(carry, xp, kernel_h, eta):
@@ -66,7 +68,8 @@ def _naive_step(carry, xp, kernel_h, eta):
   ht = jax.nn.relu(e + jnp.einsum("bij,bj->bi", r, h))
   g = jax.nn.sigmoid(xp[:, nh:2 * nh] + hp[:, nh:])
   hn = g * h + (1 - g) * ht
-  hn = eta * hn / jnp.sqrt(dot(hn, hn))
+  norm = jnp.sqrt(dot(hn, hn))
+  hn = jnp.where(norm > 0, eta * hn / jnp.where(norm > 0, norm, 1), 0)
   return (r, hn), None
 
 
@@ -84,8 +87,9 @@ _naive = jax.jit(naive_bfloat16_scan, static_argnames=("eta",))
 
 
 def drift(variant: str, params, xs, ts: Sequence[int], eta: float = 1.0,
-          impl: str = "fast") -> list[float]:
-  """``max|R_t^T R_t - 1|`` at each ``t`` in ``ts`` (increasing) for one variant."""
+          impl: str = "fast") -> list[Optional[float]]:
+  """``max|R_t^T R_t - 1|`` at each ``t`` in ``ts`` (increasing) for one variant (``None``
+  where ``R_t`` is not finite)."""
   if variant not in VARIANTS:
     raise ValueError(f"variant={variant!r} is unknown; choose one of {list(VARIANTS)}.")
   ts = sorted(int(t) for t in ts)
@@ -132,6 +136,7 @@ def format_table(result: dict, variants: Optional[Sequence[str]] = None) -> str:
   head = "| T | " + " | ".join(variants) + " |"
   rows = [head, "|" + "---|" * (len(variants) + 1)]
   for i, t in enumerate(result["ts"]):
-    rows.append(f"| {t:,} | " + " | ".join(f"{result['errors'][v][i]:.2g}"
-                                          for v in variants) + " |")
+    cells = (result["errors"][v][i] for v in variants)
+    rows.append(f"| {t:,} | " + " | ".join("not finite" if c is None else f"{c:.2g}"
+                                          for c in cells) + " |")
   return "\n".join(rows)
