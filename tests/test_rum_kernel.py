@@ -308,6 +308,7 @@ def test_rum_scan_impl_kernel_any_batch_shape_and_major():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(lam=0.5), "lam=0.5"),
     (dict(lam=1, return_cos=True), "return_cos"),
+    (dict(lam=jnp.asarray(1.0)), "lam given as an array .*even when it holds 0 or 1"),
 ])
 def test_kernel_refuses_what_it_does_not_run(kwargs, message):
   params, _, _ = _problem(1, 5)
@@ -561,6 +562,22 @@ def test_kernel_matches_fast_path_long_sequence(lam):
   keeps the gradients at the XLA path's (minutes in interpret mode; seconds on a GPU)."""
   kw = dict(eta=None, activation=jax.nn.relu, update_gate=True)
   _compare(lam, kw, _problem(lam, 100, nx=10, batch=4, steps=64), 1e-4)
+
+
+def test_kernel_above_the_measured_sizes_runs_and_warns_once(monkeypatch, caplog):
+  """``impl="kernel"`` runs any Nh (padded inside) but says once per size when it is above
+  ``KERNEL_AUTO_MAX_HIDDEN`` (lam=1: 128), where a GPU measured it slower."""
+  monkeypatch.setattr(rum, "_logged", set())
+  monkeypatch.setattr(rum, "KERNEL_AUTO_MAX_HIDDEN", {0: 4, 1: 4})   # Nh 5 pads to 16
+  params, _, _ = _problem(1, 5)
+  xs = jnp.ones((2, 3, 3))
+  with caplog.at_level("INFO", logger="absl"):
+    for _ in range(2):
+      hs = rum_scan(params, xs, lam=1, impl="kernel")[1]
+    rum_scan(params, xs, lam=1, impl="fast")
+  warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert hs.shape == (2, 3, 5) and len(warned) == 1
+  assert "impl='kernel' at hidden size 5 (padded 16) for lam=1, above the 4" in warned[0]
 
 
 def test_the_log_names_the_implementation_once(monkeypatch, caplog):

@@ -319,6 +319,9 @@ _KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
 def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
   """Why the fused kernel cannot run this call (None if it can)."""
+  if isinstance(lam, (jax.Array, jax.core.Tracer, np.ndarray)):
+    return ("lam given as an array (the kernel runs the fixed lam 0 and 1 given as Python "
+            "numbers; an array is a learned lam, even when it holds 0 or 1)")
   if not (isinstance(lam, int) and lam in (0, 1)):
     return f"lam={lam!r} (the kernel runs lam 0 and 1)"
   if return_cos:
@@ -366,9 +369,15 @@ def select_impl(impl: str, *, lam, return_cos: bool, nh: int, dtype,
   """
   if impl != "auto":
     return impl
+  return _auto_choice(kernel_auto_eligible(lam=lam, return_cos=return_cos, nh=nh,
+                                           dtype=dtype, devices=devices, batch=batch,
+                                           shards=shards), backend)
+
+
+def _auto_choice(eligible: bool, backend: Optional[str] = None) -> str:
+  """What ``impl="auto"`` runs on ``backend`` (:func:`select_impl`) given
+  :func:`kernel_auto_eligible`."""
   backend = jax.devices()[0].platform if backend is None else backend
-  eligible = kernel_auto_eligible(lam=lam, return_cos=return_cos, nh=nh, dtype=dtype,
-                                  devices=devices, batch=batch, shards=shards)
   return "kernel" if backend in ("gpu", "cuda") and eligible else "fast"
 
 
@@ -388,6 +397,22 @@ def _log_impl(impl: str, lam) -> None:
     name = "checkpointed scan (real lam)" if impl == "fast" and key[1] == "real" else (
         _DESCRIPTIONS[impl])
     logging.info("rum_scan: impl=%s on %s, lam=%s: %s.", impl, key[2], key[1], name)
+
+
+def _warn_large_kernel(lam: int, nh: int) -> None:
+  """One warning per size where ``impl="kernel"`` is asked for above
+  :data:`KERNEL_AUTO_MAX_HIDDEN`: the kernel runs (any Nh), but compiled for sm_90 one
+  example's state no longer fits a thread's registers (``launch.kernel_resources`` at Nh
+  300: lam=0 11,456 spilled stores forward, lam=1 16,216 backward) and no GPU has timed it."""
+  padded = rum_kernel.padded_size(nh)
+  key = ("large_kernel", lam, padded)
+  if padded > KERNEL_AUTO_MAX_HIDDEN[lam] and key not in _logged:
+    _logged.add(key)
+    logging.warning(
+        "rum_scan: impl='kernel' at hidden size %d (padded %d) for lam=%d, above the %d up "
+        "to which a GPU measured it faster than the XLA scan (beyond, one example's state "
+        "exceeds a thread's registers); impl='auto' runs the XLA scan here.",
+        nh, padded, lam, KERNEL_AUTO_MAX_HIDDEN[lam])
 
 
 def _fast_scan(params, xs, h0, *, lam, eta, f, update_gate, time_major, unroll,
@@ -578,12 +603,13 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
         f"{tuple(batch_shape) + (nh,)}.")
   auto_kernel = impl == "auto" and kernel_auto_eligible(
       lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype, batch=math.prod(batch_shape))
-  impl = select_impl(impl, lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype,
-                     batch=math.prod(batch_shape))
-  if impl == "kernel":
+  if impl == "auto":
+    impl = _auto_choice(auto_kernel)
+  elif impl == "kernel":
     reason = kernel_unsupported(lam=lam, return_cos=bool(return_cos), dtype=dtype)
     if reason is not None:
       raise ValueError(f"impl='kernel' does not run {reason}; use impl='fast' (or 'auto').")
+    _warn_large_kernel(lam, nh)
   _log_impl(impl, lam)
   static = lam if isinstance(lam, int) else "real"
   lam_value = None if static != "real" else jnp.asarray(lam, at_least_float32(dtype))
