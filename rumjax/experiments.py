@@ -109,6 +109,11 @@ class Column:
     return self.cell(record)
 
 
+def _csv(values: Sequence[Any]) -> str:
+  """``values`` as a comma-separated flag value, e.g. ``0,1,2``."""
+  return ",".join(str(v) for v in values)
+
+
 def _is_number(value: Any) -> bool:
   return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -277,12 +282,12 @@ def check_options(options: Options) -> None:
   if options.seeds is not None:
     seeds = list(options.seeds)
     if options.seed is not None:
-      raise ValueError(f"seed={options.seed} and seeds={seeds} are both set; give one "
-                       "(seeds=[k] is seed=k).")
+      raise ValueError(f"--seed={options.seed} and --seeds={_csv(seeds)} are both set; give one "
+                       "(--seeds=k is --seed=k).")
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-      raise ValueError(f"seeds={seeds} must be one or more integers, e.g. 0,1,2.")
+      raise ValueError(f"--seeds={_csv(seeds)} must be one or more integers, e.g. 0,1,2.")
     if len(set(seeds)) != len(seeds):
-      raise ValueError(f"seeds={seeds} repeats a seed; give each seed once.")
+      raise ValueError(f"--seeds={_csv(seeds)} repeats a seed; give each seed once.")
 
 
 def run_seeds(options: Options) -> list[Optional[int]]:

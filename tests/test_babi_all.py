@@ -136,15 +136,15 @@ def test_budget(settings, tmp_path):
   assert babi_configs.run_subtasks([1], str(tmp_path), tight)["tasks"]["1"] == row
   record = utils.read_json(os.path.join(tmp_path, "qa1", "result.json"))
   assert len(record["invocations"]) == 1
-  with pytest.raises(ValueError, match="patience=0"):
+  with pytest.raises(ValueError, match="--patience=0 must be >= 1"):
     babi_configs.run_subtasks([1], str(tmp_path), babi_configs.Settings(patience=0))
-  with pytest.raises(ValueError, match=r"sub-tasks \[21\]"):
+  with pytest.raises(ValueError, match=r"--tasks: sub-tasks \[21\]"):
     babi_configs.run_subtasks([21], str(tmp_path), settings)
-  with pytest.raises(ValueError, match="lam=2 must be 0 or 1"):   # not a silent 2nd power
+  with pytest.raises(ValueError, match="--lam=2 must be 0 or 1"):   # not a silent 2nd power
     babi_configs.run_subtasks([1], str(tmp_path / "zero"),
                               dataclasses.replace(settings, cell="rum", lam=2))
   for field in ("max_steps", "eval_every"):   # 0 used to mean the default, silently
-    with pytest.raises(ValueError, match=f"{field}=0 must be >= 1"):
+    with pytest.raises(ValueError, match=f"--{field}=0 must be >= 1"):
       babi_configs.run_subtasks([1], str(tmp_path / "zero"),
                                 dataclasses.replace(settings, **{field: 0}))
   assert not os.path.exists(tmp_path / "zero")

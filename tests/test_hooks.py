@@ -49,7 +49,7 @@ def test_time_budget_stops_saves_and_evaluates(tmp_path):
 
 @pytest.mark.parametrize("minutes", [0, -1.5, float("nan")])
 def test_check_budget_minutes_refuses_what_is_not_a_time(minutes):
-  with pytest.raises(ValueError, match=r"budget_minutes=.* must be > 0 \(leave it out"):
+  with pytest.raises(ValueError, match=r"--budget_minutes=.* must be > 0 \(leave it out"):
     hooks.check_budget_minutes(minutes)
 
 

@@ -277,7 +277,7 @@ def test_predict_and_orthogonality_refuse_in_one_line_from_the_command_line(tmp_
     (["--config.learning_rat=3"], "unknown config field 'learning_rat' (closest: "
                                   "learning_rate"),
     (["--config.evals.eval.type=beam"], "config.evals.eval.type: unknown evaluator 'beam'"),
-    (["--budget_minutes=0"], "budget_minutes=0 must be > 0 (leave it out for no time "
+    (["--budget_minutes=0"], "--budget_minutes=0 must be > 0 (leave it out for no time "
                              "limit)."),
 ])
 def test_bad_input_exits_nonzero_with_a_clear_message(tmp_path, args, message):

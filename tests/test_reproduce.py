@@ -608,8 +608,8 @@ def test_seed_options_and_aggregation():
   assert not experiments.multi_seed(experiments.Options(seeds=[3]))
   for bad, match in (({"seeds": []}, "one or more integers"),
                      ({"seeds": [0, "1"]}, "one or more integers"),
-                     ({"seeds": [0, 0]}, "repeats a seed"),
-                     ({"seeds": [0, 1], "seed": 2}, "both set")):
+                     ({"seeds": [0, 0]}, "--seeds=0,0 repeats a seed"),
+                     ({"seeds": [0, 1], "seed": 2}, "--seed=2 and --seeds=0,1 are both set")):
     with pytest.raises(ValueError, match=match):
       experiments.check_options(experiments.Options(**bad))
   mean, std = experiments.mean_std([1.0, 2.0, 6.0])

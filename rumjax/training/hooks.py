@@ -122,7 +122,7 @@ def check_budget_minutes(minutes: Optional[float]) -> None:
   of a user's ``budget_minutes`` (``launch.train``, the experiment runners), made before
   anything is written."""
   if minutes is not None and not minutes > 0:
-    raise ValueError(f"budget_minutes={minutes:g} must be > 0 (leave it out for no time "
+    raise ValueError(f"--budget_minutes={minutes:g} must be > 0 (leave it out for no time "
                      "limit).")
 
 

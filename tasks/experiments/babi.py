@@ -221,18 +221,18 @@ def check_settings(task_ids: Sequence[int], settings: Settings) -> None:
   """``ValueError`` naming the first bad sub-task number or setting."""
   bad = [k for k in task_ids if not 1 <= k <= babi_task.NUM_TASKS]
   if bad:
-    raise ValueError(f"sub-tasks {bad} are not in 1..{babi_task.NUM_TASKS}.")
+    raise ValueError(f"--tasks: sub-tasks {bad} are not in 1..{babi_task.NUM_TASKS}.")
   if settings.patience < 1:
-    raise ValueError(f"patience={settings.patience} must be >= 1.")
+    raise ValueError(f"--patience={settings.patience} must be >= 1.")
   if settings.cell == "rum" and settings.lam not in (0, 1):
-    raise ValueError(f"lam={settings.lam} must be 0 or 1 (Table 2's RUM lines); a real lam "
+    raise ValueError(f"--lam={settings.lam} must be 0 or 1 (Table 2's RUM lines); a real lam "
                      "trains one sub-task with launch.train --task=babi "
                      "--config.model.lam=VALUE.")
   training.check_budget_minutes(settings.budget_minutes)
   for name in ("max_steps", "eval_every"):
     value = getattr(settings, name)
     if value is not None and value < 1:
-      raise ValueError(f"{name}={value} must be >= 1 (or unset for the default).")
+      raise ValueError(f"--{name}={value} must be >= 1 (or unset for the default).")
   versions = (None, *babi_task.DATA_VERSIONS)
   if settings.fallback_version not in versions:
     raise ValueError(f"fallback_version={settings.fallback_version!r} must be one of "
