@@ -143,6 +143,7 @@ ADDED_FIELDS = {
     "difficulty": "easy",            # issue 32: summ_synthetic's hard variant (2026-11-26)
     "model.precision": "default",    # issue 44: the matmul precision (2026-11-27)
     "imports": "",                   # launch.train --imports recorded (2026-11-29)
+    "data_seed": None,               # summ_synthetic's examples apart from the seed (11-29)
 }
 
 

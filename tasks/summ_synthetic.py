@@ -22,8 +22,11 @@ Example::
     article: w3 r8 w0 . key w5 r4 w2 r7 . key not w1 r5 w4 . w9 r2 w1 . key w6 r9 w0 .
     summary: w5 r4 w2 r7 . w6 r9 w0 .
 
-Everything is a function of ``(seed, split, index)`` (NumPy's ``default_rng``), so any
-process builds the same data. Splits: ``train`` (``num_train``, 20,000), ``dev`` and
+Everything is a function of ``(data seed, split, index)`` (NumPy's ``default_rng``), so any
+process builds the same data. The data seed is ``config.data_seed``, or ``config.seed``
+where it is None (the default, as every run before the field had it: then another seed is
+other data, too; set ``data_seed`` to compare seeds on the same examples, as copying and
+recall do with their fixed ones). Splits: ``train`` (``num_train``, 20,000), ``dev`` and
 ``test`` (``num_eval`` each, 500). Sizes (CPU): embedding 64, hidden 128, batch 32, Adam
 1e-3 (the paper's Adagrad 0.15 is the ``cnn_dailymail`` setting), 80 encoder / 12 decoder
 steps, beam 4, no ``min_len`` (the config is :mod:`tasks.configs.summ_synthetic`). Variants
@@ -57,6 +60,8 @@ def validate_config(config) -> None:
   for field, low in (("num_train", 1), ("num_eval", 1), ("num_common", 10),
                      ("num_rare", 1)):
     common.check_int(config, field, low)
+  if config.get("data_seed") is not None:
+    common.check_int(config, "data_seed", 0)
   if config.get("difficulty", "easy") not in DIFFICULTIES:
     raise ValueError(f"config.difficulty={config['difficulty']!r} must be one of "
                      f"{list(DIFFICULTIES)} (or pick a *_hard variant).")
@@ -116,7 +121,8 @@ def make_hard_example(rng: np.random.Generator, *, num_common: int, num_rare: in
 
 
 def examples(config, split: str) -> list:
-  """The ``split``'s examples, a function of ``(seed, split, index)`` only."""
+  """The ``split``'s examples, a function of ``(config.seed, split, index)`` only (the data
+  seed: :func:`data` passes it as ``seed``)."""
   n = config.num_train if split == "train" else config.num_eval
   make = make_hard_example if config.difficulty == "hard" else make_example
   return [make(np.random.default_rng([config.seed, SPLIT_SEEDS[split], i]),
@@ -134,8 +140,10 @@ def _data(seed, num_train, num_eval, num_common, num_rare, vocab_size, max_enc, 
 
 
 def data(config) -> summ.Data:
-  """The encoded splits of ``config`` (built once per process)."""
-  return _data(config.seed, config.num_train, config.num_eval, config.num_common,
+  """The encoded splits of ``config`` (built once per process), drawn from
+  ``config.data_seed`` (None: ``config.seed``)."""
+  data_seed = config.get("data_seed")
+  return _data(config.seed if data_seed is None else data_seed, config.num_train, config.num_eval, config.num_common,
                config.num_rare, config.vocab_size, config.max_enc_steps,
                config.max_dec_steps, config.get("difficulty", "easy"))
 

@@ -33,6 +33,17 @@ def test_examples_follow_the_definition():
   assert again != summ_synthetic.examples(c, "dev")
 
 
+def test_data_seed_fixes_the_examples_across_seeds():
+  """``data_seed`` None: the data follow ``config.seed`` (as every run before the field);
+  set, the examples are the same for every seed."""
+  train = lambda **f: summ_synthetic.data(_config(**f)).splits["train"]
+  same = lambda a, b: all(np.array_equal(a[k], b[k]) for k in a)
+  assert same(train(seed=0), train(seed=0, data_seed=0))
+  assert not same(train(seed=0), train(seed=1))
+  assert same(train(seed=1, data_seed=0), train(seed=0))
+  assert same(train(seed=2, data_seed=5), train(seed=5))
+
+
 def test_hard_examples_follow_the_definition():
   """The hard task: every ``key`` sentence in order (marker dropped), the ``key not``
   distractors left out, 2-3 rare words per sentence, articles within max_enc_steps."""
@@ -102,6 +113,7 @@ def test_config_errors():
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
                               ("cov_loss_wt", -1.0, "cov_loss_wt"),
                               ("difficulty", "medium", "difficulty='medium' must be one of"),
+                              ("data_seed", -1, "data_seed=-1"),
                               ("model.decoder_cell", "lstmx", "not a registered cell"),
                               # these reached the model build (after the data) or, for
                               # embed_dim=0, a ZeroDivisionError in an initializer

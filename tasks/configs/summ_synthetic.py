@@ -30,7 +30,8 @@ def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   configuration = (variant or "lead").removesuffix("_hard")
   c = common.base_config(NAME, variant)
   summ_config.add_common_fields(c, configuration)
-  c.num_train = 20_000    # training examples, a function of (seed, split, index)
+  c.data_seed = None      # the examples' seed; None: config.seed (other seeds, other data)
+  c.num_train = 20_000    # training examples, a function of (data seed, split, index)
   c.num_eval = 500        # dev and test examples each
   c.num_common = 100      # frequent words w0, w1, ... (Zipf-distributed)
   c.num_rare = 20_000     # rare words r0, r1, ... (mostly article OOVs)
