@@ -30,8 +30,16 @@ from rumjax.cells.registry import register_cell
 
 
 def goru_bias_init(key, shape, dtype=jnp.float32):
-  """Gate biases ``[b_r | b_z]`` at ``[2 | 0]``: the reset gate starts open (as in the
-  RUM authors' GORU baseline)."""
+  """Gate biases ``[b_r | b_z]`` at ``[2 | 0]``: the reset gate starts open.
+
+  Against the RUM authors' GORU baseline (``baselineModels/GORU.py`` of
+  rdangovs/rotational-unit-of-memory, the cell of their Table 1): ``U`` and the gate
+  matrices ``U(-0.01, 0.01)``, ``b_r = 2`` and modReLU's ``b_h = 2`` (GORUCell's
+  ``mod_bias_init``) as here; their ``b_z`` has no initializer, so TF1's default,
+  Glorot uniform ``U(-sqrt(3/N), sqrt(3/N))`` (0.11 at N 256), where this is 0; their
+  modReLU adds ``1e-5`` to ``|z|``. (The GORU authors' own code, jingli9111/GORU-tensorflow,
+  starts ``b_h`` at 0.01.)
+  """
   del key
   n = shape[0] // 2
   return jnp.concatenate([jnp.full((n,), 2.0, dtype), jnp.zeros((n,), dtype)])
