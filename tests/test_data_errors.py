@@ -92,6 +92,31 @@ def test_empty_manual_dir_is_one_line_listing_the_paths(tmp_path, name, prepare_
   assert not list((tmp_path / "tfds").rglob("dataset_info.json"))   # nothing prepared
 
 
+@pytest.mark.parametrize("name, make, prepare_fn, split", [
+    ("sst", lambda r: write_files(r, {**SST_FILES, "dev.txt": ""}), sst.prepare,
+     "validation"),
+    ("snli", lambda r: write_files(r, {f"snli_1.0_{s}.jsonl": _snli_line(
+        "-" if s == "test" else "neutral", i) for i, s in enumerate(("train", "dev", "test"))}),
+     snli.prepare, "test"),
+    ("clue", lambda r: _afqmc(r, **{"dev.json": ""}),
+     lambda m, d: clue.prepare("afqmc", m, d), "validation"),
+    ("ptb", lambda r: _ptb(r, **{ptb.file_name("word", "test"): ""}),
+     lambda m, d: ptb.prepare("word", m, d), "test"),
+    ("babi", lambda r: _babi(r, **{babi.relative_paths("en", 1)["test"]: ""}),
+     lambda m, d: babi.prepare("en", 1, m, d), "test"),
+])
+def test_a_split_with_no_examples_is_one_line_naming_it(tmp_path, name, make, prepare_fn,
+                                                         split):
+  """An empty source file, or one whose every entry is dropped (SNLI's '-' pairs): one
+  line naming the split and the folder, not TFDS's AssertionError; nothing prepared."""
+  root = make(tmp_path / name)
+  with pytest.raises(prepare.SourceFileError) as err:
+    prepare_fn(str(root), str(tmp_path / "tfds"))
+  text = _one_line(err)
+  assert f"the {split} split has no examples: its source file in {root} is empty" in text
+  assert not list((tmp_path / "tfds").rglob("dataset_info.json"))
+
+
 def test_ptb_task_with_an_empty_manual_dir_says_what_to_create(tmp_path):
   from tasks import ptb as ptb_task
   empty = tmp_path / "empty"

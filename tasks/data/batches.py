@@ -55,7 +55,7 @@ class ShuffledBatches:
   <int>[batch_size] are the global batch of the current step (see the module
   docstring); every batch also has ``"mask"`` <float32>[rows] of ones, so train and
   eval batches have the same structure. With ``pass_epochs=True`` it calls
-  ``make_batch(indices, epochs)`` with each row's epoch <int>[rows] as well (e.g. for
+  ``make_batch(indices, epochs)`` with each index's epoch <int>[batch_size] as well (e.g. for
   dynamic masking that draws a new mask per example and epoch, :mod:`tasks.data.mlm`).
 
   Attributes:

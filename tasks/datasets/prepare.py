@@ -37,6 +37,7 @@ import hashlib
 import json
 import logging as std_logging
 import os
+import re
 import time
 import uuid
 import zlib
@@ -286,6 +287,13 @@ def remove_empty_folders(folders: Sequence[str]) -> list[str]:
   return removed
 
 
+def _empty_split(err: BaseException) -> Optional[str]:
+  """The split named by TFDS's ``AssertionError`` for a split that yielded no examples
+  (``Failed to finalize writing of split "dev": No examples were yielded.``), else None."""
+  match = re.search(r'split "([^"]+)": No examples were yielded', str(err))
+  return match.group(1) if isinstance(err, AssertionError) and match else None
+
+
 def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: str = "",
             *, wait_seconds: float = 600.0, record: Optional[Mapping] = None,
             dataset: str = "") -> tfds.core.DatasetBuilder:
@@ -333,8 +341,15 @@ def prepare(make_builder: Callable[[], tfds.core.DatasetBuilder], manual_dir: st
       time.sleep(1.0)
     with _quiet_custom_config():
       builder = make_builder()   # its DatasetInfo read from the prepared folder
-  except BaseException:   # e.g. missing source files: no empty folder is left behind
+  except BaseException as err:   # e.g. missing source files: no empty folder left behind
     remove_empty_folders(new_folders)
+    empty = _empty_split(err)
+    if empty is not None:
+      source = f"its source file in {manual_dir}" if manual_dir else "its source file"
+      raise SourceFileError(
+          f"{dataset or builder.name}: the {empty} split has no examples: {source} is "
+          "empty or every entry in it was dropped (e.g. pairs labelled '-'); put back the "
+          "complete file.") from None
     raise
   if record is not None:
     _write_record(builder, record)

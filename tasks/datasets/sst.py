@@ -5,7 +5,7 @@ Splits ``train`` / ``validation`` / ``test`` (the files ``train.txt`` / ``dev.tx
 sentence with its tree's labels (0 very negative, 1 negative, 2 neutral, 3 positive, 4 very
 positive)::
 
-    {"index": 0,                              # 0-based line of the tree in its file
+    {"index": 0,                              # the tree's place among the file's trees
      "tokens": ["It", "'s", "good"],          # Sequence(Text): the leaves, as in the file
      "label": 3,                              # the root's (sentence) label, 0..4
      "span_starts": [0, 0, 1, 1, 2],          # every node of the tree, pre-order (root
