@@ -18,8 +18,8 @@ Text: the leaves lower-cased, PTB escapes mapped back (``-LRB-`` -> ``(``, ``-RR
 :func:`normalize`). The vocabulary is every word of the training sentences (min count 1)
 plus ``<pad>`` (id 0) and ``<unk>`` (dev/test words not seen in training). A batch is
 ``{"inputs": <int32>[B, T], "lengths": <int32>[B], "targets": <int32>[B], "index":
-<int32>[B] (the sentence's place among its file's trees), "mask"}``, padded to the next power of two
-of its longest sentence (``bucket_lengths``; one compilation per bucket).
+<int32>[B] (the sentence's place among its file's trees), "mask"}``, padded to the next
+power of two of its longest sentence (``bucket_lengths``; one compilation per bucket).
 
 Models (``config.model``, :mod:`rumjax.models.text_classifier`): ``"lstmn"`` (default: 1
 layer, hidden/memory 168, the paper's "memory size ... 168") or ``"lstm"`` (the LSTM
