@@ -39,7 +39,7 @@ Usage with RUM (``lam=1``: the state is the tuple ``(R, h)``)::
 References: Flax examples/wmt ``decode.py`` (alive/finished beams, brevity penalty);
 t5x ``decoding.py`` (the same search over a cache pytree); See, Liu and Manning (ACL 2017),
 "Get To The Point", section 3 and their released decoder: finished hypotheses ranked by
-average log-probability per token.
+average log-probability per token, ``<s>`` counted (:func:`length_penalty`).
 """
 
 import functools
@@ -101,17 +101,19 @@ def length_penalty(length, length_normalization: Optional[str], alpha: float = 0
   """The divisor of the summed log-probability in the ranking score.
 
   ``length`` is the number of generated tokens, counting ``eos`` (``max_len`` for a
-  hypothesis without one); ``bos`` never counts.
+  hypothesis without one); ``bos`` is not among them.
 
   * ``None``: 1 (rank by the summed log-probability).
-  * ``"average"``: ``length`` (average log-probability per token; See et al. 2017).
+  * ``"average"``: ``length + 1`` (the average log-probability per token as See et al.'s
+    released decoder takes it, ``log_prob / len(tokens)`` over a hypothesis whose tokens
+    begin with ``<s>``: the start token counts, its log-probability 0).
   * ``"wmt"``: ``((5 + length) / 6) ** alpha`` (Flax wmt's ``brevity_penalty``, GNMT).
   """
   if length_normalization is None:
     return jnp.float32(1.0)
   length = jnp.asarray(length, jnp.float32)
   if length_normalization == "average":
-    return length
+    return length + 1.0
   return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -150,6 +152,27 @@ def check_search_args(*, batch_size, beam_size, max_len, min_len,
   return (*out, number)
 
 
+def check_token_ids(eos_id, bos_id) -> tuple[int, int]:
+  """``(eos_id, bos_id)`` as Python ints; a one-line ``ValueError`` unless each is an
+  integer (NumPy integers accepted, not bools) and ``bos_id >= 0`` (the vocabulary's
+  bound on ``eos_id`` is checked once the model is traced)."""
+  out = []
+  for name, value in (("eos_id", eos_id), ("bos_id", bos_id)):
+    number = _integer(value)
+    if number is None or number < 0:
+      raise ValueError(f"{name}={value!r} is invalid: it must be a token id, an int >= 0.")
+    out.append(number)
+  return out[0], out[1]
+
+
+def _check_alpha(alpha) -> float:
+  if (isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.number))
+      or not np.isfinite(alpha)):
+    raise ValueError(f"alpha={alpha!r} is invalid: it must be a finite real number (the "
+                     "exponent of the 'wmt' length penalty).")
+  return float(alpha)
+
+
 def _check_init_state(init_state, batch_size) -> None:
   for leaf in jax.tree.leaves(init_state):
     if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != batch_size:
@@ -169,8 +192,6 @@ def _check_model(tokens_to_logits, tokens, state, eos_id, bos_id) -> int:
   vocab = logits.shape[1]
   if not 0 <= eos_id < vocab:
     raise ValueError(f"eos_id={eos_id!r} is outside the vocabulary [0, {vocab}).")
-  if bos_id < 0:
-    raise ValueError(f"bos_id={bos_id!r} is invalid: token ids are >= 0.")
   spec = lambda t: [(tuple(x.shape), x.dtype) for x in jax.tree.leaves(t)]
   if (jax.tree.structure(new_state) != jax.tree.structure(state)
       or spec(new_state) != spec(state)):
@@ -287,6 +308,8 @@ def beam_search(tokens_to_logits: TokensToLogits, init_state: PyTree, *, batch_s
   batch_size, beam_size, max_len, min_len = check_search_args(
       batch_size=batch_size, beam_size=beam_size, max_len=max_len, min_len=min_len,
       length_normalization=length_normalization)
+  eos_id, bos_id = check_token_ids(eos_id, bos_id)
+  alpha = _check_alpha(alpha)
   _check_init_state(init_state, batch_size)
   n = batch_size * beam_size
   state = flatten_beam_dim(add_beam_dim(init_state, beam_size))
@@ -341,6 +364,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, init_state: PyTree, *, batch
   """
   batch_size, _, max_len, min_len = check_search_args(
       batch_size=batch_size, beam_size=1, max_len=max_len, min_len=min_len)
+  eos_id, bos_id = check_token_ids(eos_id, bos_id)
   _check_init_state(init_state, batch_size)
   init_state = jax.tree.map(jnp.asarray, init_state)
   _check_model(tokens_to_logits, jnp.zeros((batch_size,), jnp.int32), init_state, eos_id,

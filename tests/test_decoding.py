@@ -111,7 +111,8 @@ def replay(model, init, b, tokens, min_len=0):
 
 
 def penalty(length, mode, alpha):
-  return {None: 1.0, "average": length, "wmt": ((5 + length) / 6) ** alpha}[mode]
+  # "average": See et al.'s log_prob / len(tokens), tokens beginning with <s>.
+  return {None: 1.0, "average": length + 1, "wmt": ((5 + length) / 6) ** alpha}[mode]
 
 
 def exhaustive(model, init, b, vocab, max_len, min_len, mode, alpha):
@@ -239,6 +240,26 @@ def test_early_exit_is_safe(mode, alpha, best, beam):
   np.testing.assert_allclose(scores[0, 0], ref[0][0], rtol=1e-5)
 
 
+def test_average_counts_the_start_token_as_see_et_al():
+  """``"average"`` ranks by ``log p / (len + 1)``, See et al.'s ``log_prob / len(tokens)``
+  with ``<s>`` among the tokens. Here that picks ``[eos]`` (log .5 / 2 = -0.347) over
+  ``[2, eos]`` (log .27 / 3 = -0.436); dividing by the generated length alone picked
+  ``[2, eos]`` (-0.655 against -0.693)."""
+  probs = np.array([[.05, .5, .45], [.05, .5, .45], [.2, .6, .2]])   # rows: bos, eos, 2
+  table = jnp.asarray(np.log(probs), jnp.float32)
+  model = lambda tokens, h: (table[tokens], h)
+  seqs, scores = decoding.beam_search(
+      model, jnp.zeros((1, 1)), batch_size=1, beam_size=3, bos_id=BOS, eos_id=EOS,
+      max_len=2, length_normalization="average")
+  assert _strip(seqs[0, 0]) == (EOS,)
+  np.testing.assert_allclose(scores[0, 0], np.log(.5) / 2, rtol=1e-6)
+  # Without the start token the other hypothesis would win: the test tells the two apart.
+  assert (np.log(.45) + np.log(.6)) / 2 > np.log(.5) / 1
+  # And the exhaustive search under the same rule agrees.
+  ref = exhaustive(model, jnp.zeros((1, 1)), 0, 3, 2, 0, "average", 0.6)
+  assert ref[0][1] == (EOS,)
+
+
 def test_eos_padding_and_min_len():
   batch, beam, max_len, min_len = 4, 5, 8, 3
   model, init = markov_model(6, batch, seed=3, eos_bias=30.0)  # eos wins once allowed
@@ -315,13 +336,21 @@ def test_beam_helpers():
     (dict(length_normalization="avg"), "'avg' is unknown.*'average', 'wmt'"),
     (dict(eos_id=9), "eos_id=9 is outside the vocabulary"),
     (dict(batch_size=3), "leading axis batch_size=3"),
+    # these were raw TypeErrors from inside the search (review helper)
+    (dict(eos_id=1.0), r"eos_id=1.0 is invalid: it must be a token id"),
+    (dict(eos_id=None), r"eos_id=None is invalid"),
+    (dict(eos_id=True), r"eos_id=True is invalid"),
+    (dict(bos_id="0"), r"bos_id='0' is invalid"),
+    (dict(bos_id=-1), r"bos_id=-1 is invalid"),
+    (dict(alpha="x"), r"alpha='x' is invalid: it must be a finite real number"),
+    (dict(alpha=float("nan")), r"alpha=nan is invalid"),
 ])
 def test_argument_errors(kwargs, match):
   model, init = markov_model(4, 2, seed=0)
   args = dict(batch_size=2, beam_size=2, bos_id=BOS, eos_id=EOS, max_len=5) | kwargs
   with pytest.raises(ValueError, match=match):
     decoding.beam_search(model, init, **args)
-  if "beam_size" not in kwargs and "length_normalization" not in kwargs:
+  if not {"beam_size", "length_normalization", "alpha"} & set(kwargs):
     args.pop("beam_size")
     with pytest.raises(ValueError, match=match):
       decoding.greedy_search(model, init, **args)

@@ -203,6 +203,12 @@ def test_an_empty_split_is_an_error_not_a_score():
       data_fn=lambda split, bs: iter([]), mesh=mesh)[0]
   with pytest.raises(ValueError, match=r"^config.evals.dev: the split gave no batches"):
     loss.run(_state(jnp.eye(3, dtype=jnp.float32)))
+  padded = [dict(b, mask=np.zeros_like(b["mask"])) for b in _batches(n=2)]
+  loss = evaluators.build_evaluators(
+      {"dev": dict(type="loss", split="dev")}, predict_fns={"metrics": jax.jit(_metrics)},
+      data_fn=lambda split, bs: iter(padded), mesh=mesh)[0]
+  with pytest.raises(ValueError, match=r"^config.evals.dev: the split has no real rows"):
+    loss.run(_state(jnp.eye(3, dtype=jnp.float32)))   # was loss 0.0: a perfect dev loss
   nll = lambda params, batch, state: ({"nll": (jnp.zeros(()), jnp.sum(batch["mask"]))}, state)
   padded = [dict(b, mask=np.zeros_like(b["mask"])) for b in _batches(n=2)]
   ppl = PerplexityEvaluator(jax.jit(nll), data=lambda: iter(padded), mesh=mesh, prefix="test")

@@ -135,6 +135,14 @@ def test_evaluator_scores_the_text_pairs_of_the_real_rows():
       text_fns={"all": lambda b, o: [("a", "a")] * len(b["mask"])})[0]
   with pytest.raises(ValueError, match="gave 4 pairs for batch 2, which has 3 real rows"):
     bad.run(_state())
+  # A split without real rows is an error, not ROUGE 0 (as the other evaluators).
+  padded = [dict(b, mask=np.zeros_like(b["mask"])) for b in batches]
+  empty = evaluators.build_evaluators(
+      {"dev": dict(type="rouge", split="dev", texts="words", pred="beam")},
+      predict_fns={"beam": jax.jit(_decode)}, data_fn=lambda split, bs: iter(padded),
+      mesh=sharding_lib.make_mesh(), text_fns={"words": _texts})[0]
+  with pytest.raises(ValueError, match=r"^config.evals.dev: the split has no real rows"):
+    empty.run(_state())
 
 
 def test_config_errors_are_one_line_and_name_the_entry():

@@ -11,6 +11,7 @@ flows from batch to batch, so the whole stream is evaluated with the state carri
 from typing import Any, Callable, Optional
 
 import jax
+import numpy as np
 
 from rumjax.evaluators.base import register_evaluator
 from rumjax import metrics as metrics_lib
@@ -58,4 +59,8 @@ class LossEvaluator:
     return totals or {}
 
   def run(self, state) -> dict[str, float]:
-    return metrics_lib.summarize(self.sums(state), self.prefix)
+    totals = self.sums(state)
+    if totals and not any(float(np.sum(count)) for _, count in totals.values()):
+      raise ValueError(f"config.evals.{self.prefix}: the split has no real rows (every row "
+                       "is padding: check its split, batches and batch_size).")
+    return metrics_lib.summarize(totals, self.prefix)

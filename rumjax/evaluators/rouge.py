@@ -14,7 +14,7 @@ What is reported, as ``f"{prefix}_{rouge_type}"`` for each of ``rouge_types`` (d
 
 * the mean over the pairs of the per-pair **F1** (``fmeasure``), **in percent** (0-100),
   as the RUM paper and See et al. (2017) report it; ``_rouge_count`` is the number of pairs
-  (0 pairs: every mean is reported as 0.0);
+  (a split without real rows is an error, as for the other evaluators, not a score of 0);
 * tokens are rouge-score's: lowercased runs of ``[a-z0-9]`` (other characters, including
   non-ASCII letters, separate tokens and are dropped); **Porter stemming is on by
   default** (``use_stemmer=True``; rouge-score stems tokens longer than 3 characters; the
@@ -187,9 +187,12 @@ class RougeEvaluator:
 
   def run(self, state) -> dict[str, float]:
     pairs = self.pairs(state)
+    if not pairs:
+      raise ValueError(f"config.evals.{self.prefix}: the split has no real rows (check its "
+                       "split, batches and batch_size).")
     scores = rouge_f1(pairs, self.rouge_types, self.use_stemmer)
     out = {f"{self.prefix}_{t}": v for t, v in scores.items()}
     out[f"{self.prefix}_rouge_count"] = float(len(pairs))
     out[f"{self.prefix}_repeated_trigrams"] = (
-        float(np.mean([repetition_rate(h.split()) for h, _ in pairs])) if pairs else 0.0)
+        float(np.mean([repetition_rate(h.split()) for h, _ in pairs])))
     return out
