@@ -76,11 +76,15 @@ def check_batch_size(global_batch_size: int, mesh: Mesh) -> None:
 def shard_batch(local_batch, mesh: Mesh):
   """This process's rows (a dict of NumPy arrays) -> global arrays sharded on ``data``;
   a one-line ``ValueError`` if the rows do not split evenly over this process's devices
-  (e.g. ``launch.predict --batch_size=3`` on 2 devices)."""
+  (e.g. ``launch.predict --batch_size=3`` on 2 devices) or a leaf has no row axis (a
+  scalar: every leaf of a batch is per row)."""
   local = len(mesh.local_devices)
-  for x in jax.tree.leaves(local_batch):
-    rows = np.shape(x)[0] if np.ndim(x) else None
-    if rows is not None and rows % local:
+  for path, x in jax.tree_util.tree_leaves_with_path(local_batch):
+    if not np.ndim(x):
+      raise ValueError(f"batch{jax.tree_util.keystr(path)} is a scalar; every leaf of a "
+                       "batch needs a leading row axis (repeat a per-batch value per row).")
+    rows = np.shape(x)[0]
+    if rows % local:
       raise ValueError(f"a batch of {rows} rows on this process does not split over its "
                        f"{local} devices; use a batch_size that is a multiple of "
                        f"{mesh.devices.size}.")

@@ -93,7 +93,7 @@ def test_float32_policy_unchanged(name):
 def test_urnn_orthogonal_matrix_float32_whatever_param_dtype():
   """A bfloat16 W would be orthogonal only to ~4e-3: the uRNN keeps W float32; its other
   parameters follow ``param_dtype``."""
-  cell = make_cell("urnn", N, param_dtype="bfloat16")
+  cell = make_cell("urnn", N, dtype="bfloat16", param_dtype="bfloat16")
   x = _xs(5)[:, 0]
   params = cell.init(jax.random.key(0), cell.initialize_carry(jax.random.key(0), x.shape),
                      x)["params"]

@@ -362,7 +362,7 @@ def test_sigterm_then_restart_equals_an_uninterrupted_run(tmp_path):
     _assert_params_close(params, reference)
 
 
-def test_four_devices_equal_one_device_and_batch_must_divide(tmp_path):
+def test_four_devices_equal_one_device_and_resume_on_one(tmp_path):
   _run(str(tmp_path / "one"), "--steps=3", devices=1)
   _run(str(tmp_path / "four"), "--steps=3", devices=4)
   _assert_params_close(_params(str(tmp_path / "four"))[1], _params(str(tmp_path / "one"))[1],

@@ -39,6 +39,7 @@ OPTIONS = {
 CASES = [(name, OPTIONS[name]) for name in sorted(OPTIONS)] + [
     ("rum", dict(lam=0, layer_norm=True, zoneout=0.2, activation="tanh")),
     ("rum", dict(lam=1, update_gate=False)),
+    ("rum", dict(lam=1, layer_norm=True, update_gate=False)),   # no ln_u, as Linen
     ("rum", dict(lam=0.7, learn_lam=True, eta=1.0)),   # params["lam"], a real power
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items())}" for name, opts in CASES]
@@ -246,6 +247,56 @@ def test_unknown_names_and_cells_are_one_line_errors():
     rumjax.nnx.RUMCell(NX, N, lam=-1, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="inner_steps"):
     rumjax.nnx.FWLNCell(NX, N, inner_steps=0, rngs=nnx.Rngs(0))
+  # sizes as the Linen make_cell checks them (a zero-width RNN was built silently)
+  with pytest.raises(ValueError, match=r"^hidden_features=0 must be a positive integer"):
+    rumjax.nnx.make_cell("rum", NX, 0, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r"^in_features=0 must be a positive integer"):
+    rumjax.nnx.RUMCell(0, N, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r"^hidden_features=-1 must be a positive integer"):
+    rumjax.nnx.make_cell("lstm", NX, -1, rngs=nnx.Rngs(0))
+  # zoneout without a dropout stream (Flax's AttributeError before)
+  with pytest.raises(ValueError, match=r"^zoneout needs rngs with a 'dropout' stream"):
+    rumjax.nnx.LNLSTMCell(NX, N, zoneout=0.1, rngs=nnx.Rngs(params=0))
+  # a bfloat16 param_dtype with dtype=None: the carry and the computation would differ
+  for make in (lambda: rumjax.nnx.make_cell("rum", NX, N, param_dtype="bfloat16",
+                                            rngs=nnx.Rngs(0)),
+               lambda: rumjax.cells.make_cell("fwln", N, param_dtype="bfloat16")):
+    with pytest.raises(ValueError, match=r"^param_dtype=bfloat16 needs dtype set too"):
+      make()
+
+
+@pytest.mark.parametrize("name", ["rum", "goru", "fwln", "lnlstm", "lstm"])
+def test_initialize_carry_takes_carry_init_as_flax(name):
+  """``initialize_carry(..., carry_init=f)`` draws ``h_0`` (and an LSTM's ``c_0``) with
+  ``f``, as Flax's NNX cells do (it was ignored: zeros)."""
+  cell = rumjax.nnx.make_cell(name, NX, N, rngs=nnx.Rngs(0), **(
+      dict(lam=1) if name == "rum" else {}))
+  ones = nn.initializers.ones_init()
+  carry = cell.initialize_carry((2, NX), nnx.Rngs(0), carry_init=ones)
+  h = carry[1] if isinstance(carry, tuple) else carry
+  assert h.shape == (2, N) and np.all(np.asarray(h) == 1)
+  if name in ("lnlstm", "lstm"):
+    assert np.all(np.asarray(carry[0]) == 1)
+  default = cell.initialize_carry((2, NX), nnx.Rngs(0))
+  h0 = default[1] if isinstance(default, tuple) else default
+  assert np.all(np.asarray(h0) == 0)
+
+
+def test_bfloat16_parameters_initialise_with_dtype_set():
+  """``param_dtype=dtype=bfloat16``: the LN-LSTM's orthogonal kernels are drawn in float32
+  and cast (QR has no bfloat16 kernel: NotImplementedError), Linen and NNX alike."""
+  cell = rumjax.cells.make_cell("lnlstm", N, dtype="bfloat16", param_dtype="bfloat16")
+  x = _xs()[:, 0]
+  params = cell.init(jax.random.key(0), cell.initialize_carry(jax.random.key(0), x.shape),
+                     x)["params"]
+  assert params["kernel_h"].dtype == jnp.bfloat16
+  reference = rumjax.cells.make_cell("lnlstm", N)
+  ref = reference.init(jax.random.key(0), reference.initialize_carry(jax.random.key(0),
+                                                                     x.shape), x)["params"]
+  np.testing.assert_array_equal(params["kernel_h"], ref["kernel_h"].astype(jnp.bfloat16))
+  nnx_cell = rumjax.nnx.make_cell("lnlstm", NX, N, dtype="bfloat16", param_dtype="bfloat16",
+                                  rngs=nnx.Rngs(0))
+  assert nnx_cell.kernel_h[...].dtype == jnp.bfloat16
 
 
 def _readme_nnx_block():

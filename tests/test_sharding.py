@@ -27,13 +27,18 @@ def test_a_batch_that_does_not_split_over_the_devices_is_a_one_line_error():
   prediction path, which checks no batch size, raised XLA's IndivisibleError)."""
   code = ("import numpy as np; from rumjax import sharding as s; m = s.make_mesh()\n"
           "print(s.shard_batch({'x': np.zeros((4, 2))}, m)['x'].shape)\n"
-          "try:\n  s.shard_batch({'x': np.zeros((3, 2)), 'n': np.float32(1)}, m)\n"
+          "try:\n  s.shard_batch({'x': np.zeros((3, 2))}, m)\n"
+          "except ValueError as e:\n  print(e)\n"
+          "try:\n  s.shard_batch({'x': np.zeros((4, 2)), 'n': np.float32(1)}, m)\n"
           "except ValueError as e:\n  print(e)\n")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
                         capture_output=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.splitlines()[-2:] == [
+  assert proc.stdout.splitlines()[-3:] == [
       "(4, 2)", "a batch of 3 rows on this process does not split over its 2 devices; use "
-      "a batch_size that is a multiple of 2."]
+      "a batch_size that is a multiple of 2.",
+      # a scalar leaf passed the row check and failed in device_put (review helper)
+      "batch['n'] is a scalar; every leaf of a batch needs a leading row axis (repeat a "
+      "per-batch value per row)."]

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from rumjax.cells.base import RecurrentCell, check_probability, matmul, promote, zoneout
 from rumjax.cells.registry import register_cell
+from rumjax.core.initializers import in_float32
 
 
 def lnlstm_step(params, carry, inputs, *, ln_gates: Callable, ln_c: Callable,
@@ -97,8 +98,8 @@ class LNLSTMCell(RecurrentCell):
   zoneout: float = 0.0
   zoneout_c: float = 0.0
   deterministic: bool = True
-  kernel_x_init: Callable = nn.initializers.orthogonal()
-  kernel_h_init: Callable = nn.initializers.orthogonal()
+  kernel_x_init: Callable = in_float32(nn.initializers.orthogonal())
+  kernel_h_init: Callable = in_float32(nn.initializers.orthogonal())
 
   @nn.compact
   def __call__(self, carry, inputs):

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from rumjax.cells import flax_cells
 from rumjax.cells.base import resolve_dtype, resolve_precision
@@ -110,6 +111,13 @@ def resolve_dtypes(options: Mapping[str, Any]) -> dict:
     out["precision"] = resolve_precision(out["precision"])
   if "param_dtype" in out and out["param_dtype"] is None:
     del out["param_dtype"]
+  param_dtype = out.get("param_dtype", jnp.float32)
+  if jnp.dtype(param_dtype) != jnp.float32 and out.get("dtype") is None:
+    # The computation then follows the inputs (float32 inputs: float32) while the initial
+    # carry follows param_dtype: nn.RNN's scan would see the carry change dtype.
+    raise ValueError(f"param_dtype={jnp.dtype(param_dtype).name} needs dtype set too "
+                     f"(e.g. dtype='{jnp.dtype(param_dtype).name}'): with dtype=None the "
+                     "computation follows the inputs and the initial carry param_dtype.")
   return out
 
 

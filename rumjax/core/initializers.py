@@ -7,6 +7,15 @@ import jax
 import jax.numpy as jnp
 
 
+def in_float32(init: Callable) -> Callable:
+  """``init`` drawn in (at least) float32 and cast to the requested dtype: the same values
+  as ``init`` in float32, and a bfloat16 ``param_dtype`` for initializers with no bfloat16
+  kernel (the QR of ``nn.initializers.orthogonal``)."""
+  def wrapped(key, shape, dtype=jnp.float32):
+    return init(key, shape, jnp.promote_types(dtype, jnp.float32)).astype(dtype)
+  return wrapped
+
+
 def check_sizes(**sizes) -> None:
   """``ValueError`` naming the first of ``sizes`` that is not a positive integer (a
   parameter initializer's layer sizes: a size 0 would give empty arrays or divide by 0)."""

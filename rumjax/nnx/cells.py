@@ -33,6 +33,7 @@ from rumjax.cells import goru as goru_lib
 from rumjax.cells import lnlstm as lnlstm_lib
 from rumjax.cells import urnn as urnn_lib
 from rumjax.cells import rum as rum_cell_lib
+from rumjax.core import initializers
 from rumjax.core import rum as rum_lib
 from rumjax.core.precision import add_bias, at_least_float32
 from rumjax.registry import Registry
@@ -62,6 +63,7 @@ def make_cell(name: str, in_features: int, hidden_features: int, *, rngs: nnx.Rn
               **options: Any) -> nnx.RNNCellBase:
   """Builds the NNX cell ``name`` (``dtype``/``param_dtype`` may be names, "bfloat16")."""
   from rumjax.cells.registry import resolve_dtypes  # pylint: disable=import-outside-toplevel
+  initializers.check_sizes(in_features=in_features, hidden_features=hidden_features)
   return get_cell_class(name)(in_features, hidden_features, rngs=rngs,
                               **resolve_dtypes(options))
 
@@ -85,9 +87,6 @@ class _RngSource:
 
   def make_rng(self, name: str) -> Array:
     del name
-    if self.stream is None:
-      raise ValueError("zoneout in training (deterministic=False) needs rngs with a "
-                       "'dropout' stream at construction: Cell(..., rngs=nnx.Rngs(0)).")
     return self.stream()
 
 
@@ -123,6 +122,7 @@ class Cell(nnx.RNNCellBase):
 
   def _init_common(self, in_features, hidden_features, dtype, param_dtype, carry_init,
                    precision=None):
+    initializers.check_sizes(in_features=in_features, hidden_features=hidden_features)
     self.in_features, self.hidden_features = in_features, hidden_features
     self.dtype, self.param_dtype, self.carry_init = dtype, param_dtype, carry_init
     self.precision = base.resolve_precision(precision)
@@ -132,15 +132,15 @@ class Cell(nnx.RNNCellBase):
     dtype = self.param_dtype if self.dtype is None else self.dtype
     return base.precise(dtype) if self.UNITARY else jnp.dtype(dtype)
 
-  def hidden_carry(self, input_shape, key) -> Array:
+  def hidden_carry(self, input_shape, key, carry_init=None) -> Array:
+    """``h_0`` drawn by ``carry_init`` (None: the cell's, as Flax's NNX cells take it)."""
     shape = tuple(input_shape[:-1]) + (self.hidden_features,)
-    return self.carry_init(key, shape, self.carry_dtype)
+    return (carry_init or self.carry_init)(key, shape, self.carry_dtype)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
-    """``h_0`` <float>[..., hidden_features] (zeros by default) for inputs of shape
-    ``(..., in_features)``."""
-    del carry_init
-    return self.hidden_carry(input_shape, _key(rngs))
+    """``h_0`` <float>[..., hidden_features] (``carry_init``, else the cell's: zeros by
+    default) for inputs of shape ``(..., in_features)``."""
+    return self.hidden_carry(input_shape, _key(rngs), carry_init)
 
   @property
   def num_feature_axes(self) -> int:
@@ -152,7 +152,16 @@ def _param(init, rngs, shape, dtype) -> nnx.Param:
 
 
 def _dropout_stream(rngs: nnx.Rngs, *rates: float):
-  return rngs.dropout.fork() if any(r > 0 for r in rates) else nnx.data(None)
+  """The forked ``"dropout"`` stream for zoneout (None without zoneout); a one-line error
+  if ``rngs`` has none (even with ``deterministic=True``: ``model.train()`` may follow)."""
+  if not any(r > 0 for r in rates):
+    return nnx.data(None)
+  try:
+    return rngs.dropout.fork()
+  except AttributeError:
+    raise ValueError("zoneout needs rngs with a 'dropout' stream at construction (masks "
+                     "in training): Cell(..., rngs=nnx.Rngs(0)) or nnx.Rngs(params=0, "
+                     "dropout=1).") from None
 
 
 @register_cell("rum")
@@ -163,7 +172,8 @@ class RUMCell(Cell):
   Parameters ``kernel_x`` <[in, 3 N]>, ``kernel_h`` <[N, 2 N]>, ``bias`` <[3 N]>: the
   layout of :func:`rumjax.init_rum_params`, so ``rum_scan({k: v[...] ...}, xs)`` computes
   the hidden states of ``nnx.RNN(cell)`` (without layer norm and zoneout). With
-  ``layer_norm``: ``ln_tau``, ``ln_u``, ``ln_h`` (:class:`LayerNorm`); with ``learn_lam``:
+  ``layer_norm``: ``ln_tau``, ``ln_u`` (with ``update_gate``), ``ln_h``
+  (:class:`LayerNorm`); with ``learn_lam``:
   ``lam``, a scalar ``nnx.Param`` initialised at ``lam``.
 
   Example::
@@ -198,9 +208,11 @@ class RUMCell(Cell):
     self.kernel_x = _param(kernel_x_init, rngs, (in_features, 3 * n), param_dtype)
     self.kernel_h = _param(kernel_h_init, rngs, (n, 2 * n), param_dtype)
     self.bias = _param(bias_init, rngs, (3 * n,), param_dtype)
-    if layer_norm:
+    if layer_norm:   # ln_u only with the update gate, as the Linen cell (rum_step reads it)
       ln = functools.partial(LayerNorm, (n,), dtype=dtype, param_dtype=param_dtype)
-      self.ln_tau, self.ln_u, self.ln_h = ln(), ln(), ln()
+      self.ln_tau, self.ln_h = ln(), ln()
+      if update_gate:
+        self.ln_u = ln()
     self.rngs = _dropout_stream(rngs, zoneout)
 
   def __call__(self, carry, inputs):
@@ -212,7 +224,9 @@ class RUMCell(Cell):
         dtype=self.dtype)
     norms = {}
     if self.layer_norm:
-      norms = dict(norm_tau=self.ln_tau, norm_u=self.ln_u, norm_h=self.ln_h)
+      norms = dict(norm_tau=self.ln_tau, norm_h=self.ln_h)
+      if self.update_gate:
+        norms["norm_u"] = self.ln_u
     new_carry, (h, _) = rum_lib.rum_step(
         carry, add_bias(base.matmul(inputs, kernel_x, self.precision), bias), kernel_h,
         lam=lam, eta=self.eta, activation=rum_lib.get_activation(self.activation),
@@ -230,10 +244,11 @@ class RUMCell(Cell):
     return self.learn_lam or rum_lib.has_memory(self.lam)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
-    """``h_0 = 0`` (and ``R_0 = 1`` in at least float32 for ``lam > 0``)."""
-    del carry_init
-    h = self.carry_init(_key(rngs), tuple(input_shape[:-1]) + (self.hidden_features,),
-                        self.dtype or self.param_dtype)
+    """``h_0`` (``carry_init``, else the cell's: 0) and ``R_0 = 1`` in at least float32
+    for ``lam > 0``."""
+    h = (carry_init or self.carry_init)(
+        _key(rngs), tuple(input_shape[:-1]) + (self.hidden_features,),
+        self.dtype or self.param_dtype)
     if not self.has_memory:
       return h
     eye = jnp.eye(self.hidden_features, dtype=at_least_float32(h.dtype))
@@ -372,11 +387,11 @@ class FWLNCell(Cell):
                               precision=self.precision)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
-    """``(A_0, h_0) = (0, 0)``."""
-    del carry_init
+    """``(A_0, h_0)``: the fast weights 0, ``h_0`` from ``carry_init`` (else the cell's:
+    0)."""
     n = self.hidden_features
     a = jnp.zeros(tuple(input_shape[:-1]) + (n, n), self.carry_dtype)
-    return a, self.hidden_carry(input_shape, _key(rngs))
+    return a, self.hidden_carry(input_shape, _key(rngs), carry_init)
 
 
 @register_cell("lnlstm")
@@ -387,8 +402,8 @@ class LNLSTMCell(Cell):
 
   def __init__(self, in_features: int, hidden_features: int, *, forget_bias: float = 1.0,
                zoneout: float = 0.0, zoneout_c: float = 0.0, deterministic: bool = True,
-               kernel_x_init: Callable = nn.initializers.orthogonal(),
-               kernel_h_init: Callable = nn.initializers.orthogonal(),
+               kernel_x_init: Callable = initializers.in_float32(nn.initializers.orthogonal()),
+               kernel_h_init: Callable = initializers.in_float32(nn.initializers.orthogonal()),
                dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
                carry_init: Callable = zeros,
                precision: Any = None, rngs: nnx.Rngs):
@@ -415,10 +430,10 @@ class LNLSTMCell(Cell):
         dtype=self.dtype, precision=self.precision)
 
   def initialize_carry(self, input_shape, rngs=None, carry_init=None):
-    """``(c_0, h_0) = (0, 0)``."""
-    del carry_init
+    """``(c_0, h_0)``, each from ``carry_init`` (else the cell's: 0)."""
     c_key, h_key = jax.random.split(_key(rngs))
-    return self.hidden_carry(input_shape, c_key), self.hidden_carry(input_shape, h_key)
+    return (self.hidden_carry(input_shape, c_key, carry_init),
+            self.hidden_carry(input_shape, h_key, carry_init))
 
 
 class _FlaxCellPrecision:
