@@ -111,7 +111,7 @@ def validate_config(task: str, config: Mapping[str, Any]) -> None:
   encoders.check_model_config(config.model)
   common.check_int(config, "max_length", 3)
   common.check_int(config, "eval_batch_size", 1)
-  if not 0 < config["mask_prob"] <= 1:
+  if not (common._is_number(config["mask_prob"]) and 0 < config["mask_prob"] <= 1):
     raise ValueError(f"config.mask_prob={config['mask_prob']!r} must be in (0, 1].")
   if config["class_weights"] not in CLASS_WEIGHTS:
     raise ValueError(f"config.class_weights={config['class_weights']!r} must be one of "

@@ -3,8 +3,9 @@ and Table 3; ICLR version, appendix D, Tables 5-6; word level: Cheng et al., 201
 
 Data: Mikolov's PTB (``ptb.{train,valid,test}.txt`` and ``ptb.char.*``) through the TFDS
 builder :mod:`tasks.datasets.ptb`, read from ``manual_dir`` (default ``../shared/data/ptb``
-next to the checkout when it exists) or downloaded. ``level`` ``"char"``: the 50 character
-symbols (``_`` marks a space) plus an end-of-line token; ``"word"``: the 10,000 words
+next to the checkout when it exists) or downloaded. ``level`` ``"char"``: the 49 character
+symbols of the training file (``_`` marks a space) plus an end-of-line token (50, the
+paper's count); ``"word"``: the 10,000 words
 including ``<eos>``. The vocabulary comes from the training split.
 
 Each split is one token stream. Training (:class:`tasks.data.StreamBatches`) lays it out as

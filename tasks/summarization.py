@@ -96,7 +96,7 @@ def validate_fields(config) -> None:
   if config.get("loss_normalization") not in ("example", "token"):
     raise ValueError(f"config.loss_normalization={config.get('loss_normalization')!r} "
                      "must be 'example' (See et al.) or 'token'.")
-  if not config["cov_loss_wt"] >= 0:
+  if not (common._is_number(config["cov_loss_wt"]) and config["cov_loss_wt"] >= 0):
     raise ValueError(f"config.cov_loss_wt={config['cov_loss_wt']!r} must be >= 0.")
   m = config.model
   if m.name != "pointer_generator":

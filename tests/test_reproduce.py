@@ -267,8 +267,9 @@ def test_configs_of_the_paper():
                                  "summ_synthetic_hard"]
   copying = EXPERIMENTS["copying_T500"]
   assert list(copying.models) == ["rum_lam1", "rum_lam1_eta1", "rum_lam0", "lstm", "gru",
-                                  "eurnn", "goru"]
+                                  "urnn", "eurnn", "goru"]   # sec. 4.1's models
   cfg = {k: experiments.model_config(copying, k) for k in copying.models}
+  assert cfg["urnn"].model.cell == "urnn" and cfg["urnn"].model.hidden_size == 250
   assert cfg["rum_lam1"].model.hidden_size == 100 and cfg["rum_lam0"].model.hidden_size == 250
   assert cfg["rum_lam1_eta1"].model.eta == 1.0 and cfg["rum_lam1"].model.eta is None
   assert cfg["eurnn"].learning_rate == 1e-4 and cfg["gru"].learning_rate == 1e-3

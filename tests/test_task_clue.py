@@ -307,6 +307,7 @@ def test_config_errors_are_one_line(tmp_path):
   task = tasks.get_task("afqmc")
   bad = [({"objective": "seq2seq"}, r"config\.objective='seq2seq' must be one of"),
          ({"mask_prob": 0.0}, r"config\.mask_prob=0\.0 must be in"),
+         ({"mask_prob": None}, r"config\.mask_prob=None must be in"),   # a TypeError
          ({"model.name": "lstmn"}, "lstmn"),
          ({"word_vectors": "/nonexistent.txt"}, "is not a file"),
          ({"early_stopping_patience": 0}, r"config\.early_stopping_patience=0")]

@@ -112,6 +112,7 @@ def test_config_errors():
   for field, value, match in [("configuration", "bothrum", "configuration"),
                               ("min_dec_steps", 20, "min_dec_steps=20 must be <="),
                               ("cov_loss_wt", -1.0, "cov_loss_wt"),
+                              ("cov_loss_wt", None, r"cov_loss_wt=None must be >= 0"),
                               ("difficulty", "medium", "difficulty='medium' must be one of"),
                               ("data_seed", -1, "data_seed=-1"),
                               ("model.decoder_cell", "lstmx", "not a registered cell"),

@@ -11,13 +11,17 @@ from tasks import copying as copying_task
 
 _RUM = {"model.cell": "rum", "model.lam": 1, "model.eta": None, "model.hidden_size": 100}
 
-# key -> (label, dotted-field overrides of the variant's config), in Figure 4's legend order.
+# key -> (label, dotted-field overrides of the variant's config), in Figure 4's legend order
+# (uRNN, named in the text, after GRU).
 MODELS = {
     "rum_lam1": ("RUM 100 λ=1 η=N/A", _RUM),
     "rum_lam1_eta1": ("RUM 100 λ=1 η=1.0", {**_RUM, "model.eta": 1.0}),
     "rum_lam0": ("RUM 250 λ=0 η=N/A", {**_RUM, "model.lam": 0, "model.hidden_size": 250}),
     "lstm": ("LSTM 250", {"model.cell": "lstm", "model.hidden_size": 250}),
     "gru": ("GRU 250", {"model.cell": "gru", "model.hidden_size": 250}),
+    # uRNN: in section 4.1's list of models ("LSTM, GRU, uRNN (Wisdom et al., 2016), EURNN,
+    # GORU, and RUM"); the full-capacity uRNN (rumjax.cells.urnn, Cayley steps on W).
+    "urnn": ("uRNN 250", {"model.cell": "urnn", "model.hidden_size": 250}),
     "eurnn": ("EURNN 250 (lr 1e-4)", {"model.cell": "eurnn", "model.hidden_size": 250,
                                       "learning_rate": 1e-4}),
     "goru": ("GORU 250", {"model.cell": "goru", "model.hidden_size": 250}),
@@ -30,6 +34,8 @@ FIGURE4 = {
     "rum_lam0": "learns, much slower than lam=1",
     "lstm": "stays at the memoryless baseline",
     "gru": "stays at the memoryless baseline",
+    "urnn": "solves the task in a few steps ('EURNN and uRNN also solve the problem in "
+            "just a few steps')",
     "eurnn": "solves the task in a few steps (lr 1e-4; unstable at larger lr)",
     "goru": "converges slightly faster than RUM",
 }

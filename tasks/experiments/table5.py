@@ -60,8 +60,10 @@ PAPER = {
         {"N_h": 50, "T": (30, 50)}),
     "C": PaperRow(
         "C", "bAbI", "necessary", ("relu",), 1, None,
-        "sentence-level RUM / attnRUM λ=1 (Table 2 line 14: 79.0 / 80.1); N_h=256, "
-        "embeddings 64 (§4.2; the size from the workshop version's appendix C)",
+        "sentence-level RUM / attnRUM λ=1 (Table 2 line 14: 79.0 / 80.1); N_h=256 (no "
+        "sentence-level size is given: 256 is the word-level λ=0 RUM's of the workshop "
+        "version's Figure 8, the Table 2 caption's RUM 150 the only other hint), "
+        "embeddings 64 (the workshop version's appendix C)",
         {"N_h": 256, "embedding": 64}),
     "D": PaperRow(
         "D", "character PTB", "necessary", ("relu", "tanh"), 0, 1.0,
@@ -71,8 +73,10 @@ PAPER = {
     "E": PaperRow(
         "E", "summarization", "necessary", ("relu",), 0, None,
         "decRUM 256 (Table 4 lines 2 and 7): LSTM encoder, RUM decoder, hidden 256, "
-        "embeddings 128, 400 encoder / 100 decoder steps",
-        {"hidden": 256, "embedding": 128, "encoder steps": 400, "decoder steps": 100}),
+        "embeddings 128, 400 encoder / 100 decoder steps, at most 100 decoded at test "
+        "(the Table 4 caption, for lines 2 and 7)",
+        {"hidden": 256, "embedding": 128, "encoder steps": 400, "decoder steps": 100,
+         "decoded steps": 100}),
 }
 
 
@@ -90,7 +94,8 @@ def _ptb_sizes(c) -> dict:
 
 def _summ_sizes(c) -> dict:
   return {"hidden": c.model.hidden_size, "embedding": c.model.embed_dim,
-          "encoder steps": c.max_enc_steps, "decoder steps": c.max_dec_steps}
+          "encoder steps": c.max_enc_steps, "decoder steps": c.max_dec_steps,
+          "decoded steps": c.max_decode_steps}
 
 
 # The sizes of a config, named as in its task's PaperRow.sizes.
