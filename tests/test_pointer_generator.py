@@ -170,11 +170,13 @@ def test_losses_against_loops():
     for t in range(T):
       losses[b, t] = -np.log(float(probs[b, t, targets[b, t]]) + 1e-12)
   token = (losses * mask).sum() / mask.sum()
-  got = pg.nll_loss(probs, targets, mask)
+  got = pg.nll_loss(probs, targets, mask, normalization="token")
   assert np.isfinite(got)
   np.testing.assert_allclose(got, token, rtol=1e-5)
-  np.testing.assert_allclose(pg.nll_loss(probs, targets, mask, normalization="example"),
+  # The default is the reference's _mask_and_avg, as coverage_loss's (they add up).
+  np.testing.assert_allclose(pg.nll_loss(probs, targets, mask),
                              _mask_and_avg_loop(losses, mask), rtol=1e-5)
+  assert abs(float(pg.nll_loss(probs, targets, mask)) - token) > 1e-3   # they differ here
 
   # Coverage loss: the reference's _coverage_loss loop (coverage built from zeros) vs
   # coverage_loss on the model's coverage output.

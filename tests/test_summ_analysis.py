@@ -206,15 +206,17 @@ def test_output_gradients_average_real_rows_and_hidden_units(workdir):
 
 
 def test_state_norm_and_the_last_state_norm_metric(workdir):
-  """state_norm = ||[c, h]|| of the LSTM decoder's carry after each step (the hand
-  loop's carries); last_state_norm = (its sum over the real rows at step
+  """state_norm = ||h_t|| of the LSTM decoder after each step (the hand loop's carries;
+  the cell state c left out, Figure 6b's "norm of the last hidden state": it was
+  ||[c, h]|| until session 37); last_state_norm = (its sum over the real rows at step
   target_length - 1, their number)."""
   _, _, batch = _loaded(workdir)
   out = _outputs(workdir)
-  carries = jax.tree.leaves(_hand_route(workdir)[3])   # c and h, each <[T, B, H]>
-  assert len(carries) == 2 and all(x.shape == (T, 4, H) for x in carries)
-  direct = np.sqrt(sum(np.sum(x.astype(np.float64) ** 2, -1) for x in carries)).T
+  c, h = _hand_route(workdir)[3]                       # Flax's LSTM carry, each <[T, B, H]>
+  assert c.shape == h.shape == (T, 4, H)
+  direct = np.sqrt(np.sum(np.asarray(h, np.float64) ** 2, -1)).T
   np.testing.assert_allclose(out["state_norm"], direct, rtol=1e-5)
+  assert np.all(np.sqrt(np.sum(np.asarray(c, np.float64) ** 2, -1)).T > 1e-3)   # c counts
   norms = out["state_norm"]
   lengths = batch["target_lengths"]
   total, count = summ.loss_and_metrics(out, batch)[1]["last_state_norm"]

@@ -89,9 +89,10 @@ Usage::
 
 Analysis (RUM paper, Figure 6; :mod:`rumjax.analysis.summarization`):
 
-* ``"state_norm"`` <[B, T]>: ``||s_t||_2``, the L2 norm of the decoder state ``s_t`` (the
-  concatenated vector leaves of the carry, as in ``W_s s_t``) after step ``t``; computed
-  under ``stop_gradient`` (a diagnostic, never differentiated). The task's metric
+* ``"state_norm"`` <[B, T]>: ``||h_t||_2``, the L2 norm of the decoder's hidden state (the
+  cell's output) after step ``t`` ("norm of the last hidden state", Figure 6b; an LSTM's
+  cell state ``c`` is left out, as the authors log ``out_state.h`` and ``out_state.c``
+  apart); computed under ``stop_gradient`` (a diagnostic, never differentiated). The task's metric
   ``last_state_norm`` reads it at each row's last real step (Figure 6b).
 * Intermediate gradients with :meth:`flax.linen.Module.perturb` (collection
   ``"perturbations"``): ``"encoder_outputs"`` <[B, S, 2H]> is added to the encoder outputs
@@ -222,7 +223,7 @@ def _average(values: Array, mask: Array, normalization: str) -> Array:
 
 
 def nll_loss(probs: Array, targets: Array, mask: Array, *, eps: float = PROB_EPS,
-             normalization: str = "token") -> Array:
+             normalization: str = "example") -> Array:
   """The negative log-likelihood of the targets under the final distribution.
 
   ``loss_t = -log(P(y_t) + eps)``: ``eps`` keeps it finite when the gold probability is 0
@@ -233,7 +234,8 @@ def nll_loss(probs: Array, targets: Array, mask: Array, *, eps: float = PROB_EPS
   ``_mask_and_avg`` (each example's mean over its real steps, then the mean over the batch;
   ``normalization="example"``) and the baseline's ``tf.contrib.seq2seq.sequence_loss``
   (the sum over all real tokens of the batch divided by their number;
-  ``normalization="token"``, the default here). They agree when all summaries have the
+  ``normalization="token"``). The default is ``"example"``, as :func:`coverage_loss`'s,
+  so that the two add up as the reference's total loss. They agree when all summaries have the
   same length. Rows without a real step count in neither (the reference divides by 0).
 
   Args:
@@ -342,7 +344,10 @@ class AttentionDecoderStep(nn.Module):
     carry, cell_out = self.cell(state["carry"], x)
     carry = precision.carry_like(carry, state["carry"])   # the carry keeps its dtype
     s = jnp.concatenate(vector_leaves(carry), axis=-1)
-    state_norm = jnp.linalg.norm(jax.lax.stop_gradient(precision.float32_logits(s)), axis=-1)
+    # Figure 6b: the norm of the hidden state h_t (the cell's output; an LSTM's c is not in
+    # it, as the authors log out_state.h and out_state.c apart).
+    state_norm = jnp.linalg.norm(
+        jax.lax.stop_gradient(precision.float32_logits(cell_out)), axis=-1)
 
     features = enc_features + dense(enc_features.shape[-1], "attn_state")(s)[:, None]
     if self.coverage:
@@ -526,7 +531,7 @@ class PointerGenerator(nn.Module):
     Returns:
       ``{"probs": <float>[B, T, V + max_oovs], "attention": <float>[B, T, S],
       "coverage": <float>[B, T, S] (before step t), "p_gen": <float>[B, T],
-      "state_norm": <float>[B, T] (``||s_t||_2``, RUM paper Figure 6b)}``.
+      "state_norm": <float>[B, T] (``||h_t||_2``, RUM paper Figure 6b)}``.
 
     The per-step ``"decoder_outputs"`` perturbations are stacked on axis 1 (the time
     axis): ``perturbations["decoder"]["decoder_outputs"]`` <[B, T, H]> (Figure 6d).

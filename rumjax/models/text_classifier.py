@@ -168,7 +168,8 @@ class TextClassifier(nn.Module):
     mlp_size: width of the ReLU layers (None: ``hidden_size``).
     dropout_rate: dropout before the softmax layer (0.5 SST, 0.1-0.4 SNLI).
     embedding_init: initializer of the embedding (:func:`pretrained_init` for word
-      vectors; default Flax's N(0, 1)-like ``default_embed_init``).
+      vectors; default Flax's ``default_embed_init``, variance scaling by fan-in: std
+      ``1/sqrt(embed_dim)``).
     dtype, param_dtype: the precision policy (:mod:`rumjax.models.precision`; None:
       float32) of every layer; the logits are float32.
     precision: the matmul precision of every layer (None: the backend's default; a cell
