@@ -32,5 +32,5 @@ def test_listed_tests_run_only_with_m_slow():
                           capture_output=True, text=True, timeout=300)
     collected[bool(args)] = proc.stdout.split()
   assert listed not in collected[False] and listed in collected[True]
-  assert "tests/test_launch.py::test_four_devices_equal_one_device_and_batch_must_divide" in (
+  assert "tests/test_launch.py::test_four_devices_equal_one_device_and_resume_on_one" in (
       collected[False])

@@ -191,6 +191,41 @@ def test_a_stop_before_the_first_step_or_after_a_step(tmp_path):
   assert training.checkpoint.checkpoint_steps(workdir) == [3]
 
 
+class _LateStop(training.StopRequest):
+  """A signal that arrives after the last step: from the ``n``-th check after the loop
+  (``agreed(..., every=1)``) on, as if it came during the last step's evaluations."""
+
+  def __init__(self, n):
+    super().__init__()
+    self.n, self.calls = n, 0
+
+  def agreed(self, step, also=False, every=10):
+    if every == 1:
+      self.calls += 1
+      self.requested = self.requested or self.calls >= self.n
+    return super().agreed(step, also=also, every=every)
+
+
+@pytest.mark.parametrize("n", [1, 3])   # 1: before the final evaluation; 3: between two
+def test_a_signal_during_the_last_steps_evaluations_stops_and_resume_finishes(tmp_path, n):
+  """A signal during the last step's periodic evaluation (n=1) or between the final
+  evaluators (n=3) stops the run (preempted, the last checkpoint saved, no final record);
+  it used to evaluate on and report preempted False. The same command then finishes."""
+  from rumjax import evaluators
+  workdir = str(tmp_path / "run")
+  config = _config()
+  config.evals.final = evaluators.eval_entry("loss", "dev", every=0, batches=1)
+  config.evals.last = evaluators.eval_entry("loss", "dev", every=0, batches=2)
+  summary = training.train_and_evaluate(config, workdir, toy_task.TASK, stop=_LateStop(n))
+  assert summary["preempted"] and summary["stop_reason"] == "preempted"
+  assert summary["step"] == 10 and training.checkpoint.checkpoint_steps(workdir)[-1] == 10
+  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert not any(k.startswith(("final_", "last_")) for r in records for k in r)
+  summary = training.train_and_evaluate(config, workdir, toy_task.TASK)
+  assert not summary["preempted"] and summary["stop_reason"] == "num_steps"
+  assert "final_loss" in summary and "last_loss" in summary
+
+
 def test_metrics_after_the_last_checkpoint_are_set_aside_on_resume(tmp_path):
   """A run killed after its checkpoint at step 5 had written records for steps 6-7: the
   resumed run computes them again, so they go to metrics.discarded.jsonl, not twice."""

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -282,15 +282,19 @@ def make_evaluators(config, task, model, mesh) -> list[evaluators_lib.Scheduled]
       mesh=mesh, model_state_fn=model_state_fn, text_fns=text_fns)
 
 
-def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict):
+def _run_evals(evals, state, step, writer, hooks_, ctx, *, final: bool, cache: dict,
+               should_stop: Optional[Callable[[], bool]] = None):
   """Runs the due evaluators (all ``at_end`` ones if ``final``), logs and writes their
   metrics, and calls the hooks' ``after_eval``. An evaluator that already ran at this step
   is not run again (its metrics are reused from ``cache``). Returns ``(metrics, state)``
-  (the state a hook may have replaced)."""
+  (the state a hook may have replaced), or ``(None, state)`` if ``should_stop()`` said so
+  before an evaluator (a signal during the final evaluation: nothing written)."""
   record, fresh = {}, {}
   for ev in evals:
     if not (ev.at_end if final else ev.due(step)):
       continue
+    if should_stop is not None and should_stop():
+      return None, state
     key = (step, ev.batches_for(final))   # the final run may read more of the split
     if cache.get(ev.name, (None,))[0] != key:
       logging.info("step %d: running evaluator %s.", step, ev.name)
@@ -616,14 +620,25 @@ def _train(config, workdir: str, task, hooks, stop: StopRequest, mesh) -> dict:
       save(workdir, step, state)
     progress.close()
     summary["step"] = step
-    # A hook's stop at the last step (early stopping's last evaluation) stops nothing.
-    summary["stop_reason"] = ("num_steps" if step >= num_steps
+    # A hook's stop at the last step (early stopping's last evaluation) stops nothing; a
+    # signal does, also one during the last step's periodic evaluation or the final one
+    # (the checkpoint of the last step is saved; a resumed run evaluates it).
+    signalled = lambda: stop.agreed(step, every=1)
+    summary["stop_reason"] = ("preempted" if ctx.stop_reason == "preempted" or signalled()
+                              else "num_steps" if step >= num_steps
                               else ctx.stop_reason or "num_steps")
+    if summary["stop_reason"] != "preempted":
+      final, _ = _run_evals(evals, state, step, writer, hooks, ctx, final=True,
+                            cache=cache, should_stop=signalled)
+      if final is None:
+        summary["stop_reason"] = "preempted"
+      else:
+        summary.update(final)
+        hooks_lib.call(hooks, "end", step, state, summary, ctx)
     summary["preempted"] = summary["stop_reason"] == "preempted"
-    if not summary["preempted"]:
-      summary.update(_run_evals(evals, state, step, writer, hooks, ctx, final=True,
-                                cache=cache)[0])
-      hooks_lib.call(hooks, "end", step, state, summary, ctx)
+    if summary["preempted"]:
+      logging.warning("Stopped by a signal at step %d (checkpoint saved); the same command "
+                      "resumes.", step)
   finally:
     progress.close()
     if writer is not None:
