@@ -88,8 +88,9 @@ def define_flags() -> None:
   flags.DEFINE_multi_string("set", [], "Config override for every model, FIELD=VALUE with "
                             "a dotted field and a Python literal, e.g. --set=model.eta=1.0 "
                             "or --set=learning_rate=3e-3; repeatable.")
-  flags.DEFINE_bool("tiny", False, "Tiny sizes for smoke tests (hidden 8, batch 8, short "
-                    "sequences, small data sets): checks the plumbing, not the paper.")
+  flags.DEFINE_bool("tiny", False, "The experiment's small sizes for smoke tests (mostly "
+                    "hidden 8, batch 8, short sequences, small data sets; each experiment's "
+                    "TINY says which): checks the plumbing, not the paper.")
   flags.DEFINE_integer("seed", None, "Seed of every model (config.seed).")
   flags.DEFINE_list("seeds", None, "Several seeds, e.g. 0,1,2: every model once per seed "
                     "in <model>/seed<k>/, reported as mean ± std over the seeds (instead "
