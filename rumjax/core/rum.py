@@ -81,7 +81,7 @@ def check_lam(lam) -> Union[int, float, Array]:
   0 switches the associative memory off, 1 is ``R_t = R_{t-1} Rotation``, any other value
   the real power ``(R_{t-1})^lam`` (:func:`rumjax.core.power.rotation_power`), e.g. 0.5 or 2.
   """
-  if isinstance(lam, (jax.Array, jax.core.Tracer, np.ndarray)):
+  if not isinstance(lam, numbers.Real):   # check_lam passes a learned lam through as an array
     if jnp.ndim(lam) != 0 or not jnp.issubdtype(lam.dtype, jnp.floating):
       raise ValueError(f"lam as an array must be a float scalar (a learned lam); got shape "
                        f"{jnp.shape(lam)} and dtype {lam.dtype}.")
@@ -319,7 +319,7 @@ _KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
 def kernel_unsupported(*, lam, return_cos: bool, dtype) -> Optional[str]:
   """Why the fused kernel cannot run this call (None if it can)."""
-  if isinstance(lam, (jax.Array, jax.core.Tracer, np.ndarray)):
+  if not isinstance(lam, numbers.Real):   # check_lam passes a learned lam through as an array
     return ("lam given as an array (the kernel runs the fixed lam 0 and 1 given as Python "
             "numbers; an array is a learned lam, even when it holds 0 or 1)")
   if not (isinstance(lam, int) and lam in (0, 1)):
