@@ -81,7 +81,7 @@ def check_lam(lam) -> Union[int, float, Array]:
   0 switches the associative memory off, 1 is ``R_t = R_{t-1} Rotation``, any other value
   the real power ``(R_{t-1})^lam`` (:func:`rumjax.core.power.rotation_power`), e.g. 0.5 or 2.
   """
-  if not isinstance(lam, numbers.Real):   # check_lam passes a learned lam through as an array
+  if isinstance(lam, (jax.Array, jax.core.Tracer, np.ndarray)):
     if jnp.ndim(lam) != 0 or not jnp.issubdtype(lam.dtype, jnp.floating):
       raise ValueError(f"lam as an array must be a float scalar (a learned lam); got shape "
                        f"{jnp.shape(lam)} and dtype {lam.dtype}.")
