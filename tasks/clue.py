@@ -429,7 +429,11 @@ def submission(config, rows) -> list[dict]:
   if config.objective != "classify":
     raise ValueError("a submission needs a classifier (config.objective='classify'); this "
                      "is a pretraining run.")
-  names = clue_data.label_names(config.task, config.manual_dir or None)
+  # The labels the data was encoded with: the prepared builder's (a labels.json in a
+  # <task>_public/ sub-folder or behind "~" is found there, as in training).
+  builder = clue_data.prepare(config.task, config.manual_dir,
+                              os.path.expanduser(config.data_dir) if config.data_dir else "")
+  names = clue_data.label_names(config.task, builder)
   label_desc = SPECS.get(config.task).label_desc
   out = []
   for batch, logits in rows:

@@ -354,3 +354,23 @@ def test_pretrain_then_fine_tune_then_write_a_submission(tmp_path, model):
   out = task.submission(fine, rows)
   assert step == 1 and [r["id"] for r in out] == list(range(100, 107))
   assert all(r["label"] in ("0", "1") for r in out)
+
+
+def test_a_submission_writes_the_labels_the_data_was_encoded_with(tmp_path):
+  """TNEWS's files in an unpacked ``tnews_public/`` sub-folder with ``labels.json`` in an
+  order of its own: a prediction equal to every dev target is submitted as the dev rows'
+  own label codes (the list the builder read, not CLUE's built-in one)."""
+  order = [TNEWS_LABELS[2], TNEWS_LABELS[0], TNEWS_LABELS[1]]
+  rows = [{"id": i, "label": TNEWS_LABELS[i % 3][0], "label_desc": TNEWS_LABELS[i % 3][1],
+           "sentence": Q[i % 8] + "新闻", "keywords": "花呗"} for i in range(12)]
+  folder = tmp_path / "tnews"
+  _write(folder / "tnews_public", {
+      "labels.json": [{"label": c, "label_desc": d} for c, d in order],
+      "train.json": rows, "dev.json": rows[:6]})
+  _, config = _config("tnews", str(folder), tmp_path)
+  dev = clue.data(config).splits["dev"]
+  logits = np.eye(3)[dev["targets"]]
+  batch = {"id": np.arange(6), "mask": np.ones(6)}
+  submitted = clue.submission(config, [(batch, logits)])
+  assert [(r["label"], r["label_desc"]) for r in submitted] == [
+      TNEWS_LABELS[i % 3] for i in range(6)]

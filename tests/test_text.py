@@ -137,6 +137,7 @@ def test_a_failed_save_keeps_the_old_file(tmp_path):
     ("a\t3\nb\n", "line 2: 'b' is malformed; every line must be token<TAB>count"),
     ("a\nb\t3\n", "line 2: 'b\\\\t3' is malformed; every line must be token \\(no tab\\)"),
     ("a\t3\nb\tx\n", "line 2: count 'x' must be an integer"),
+    ("a\t3\nb\t\u00b2\n", "line 2: count '\u00b2' must be an integer"),  # a digit to isdigit
     ("a\nb\na\n", "line 3: token 'a' already occurs on line 1"),
     ("a\n\nb\n", "line 2: the token '' must be a non-empty string"),
 ])

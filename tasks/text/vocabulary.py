@@ -175,7 +175,7 @@ class Vocabulary:
       line_of[fields[0]] = n
       tokens.append(fields[0])
       if with_counts:
-        if not fields[1].isdigit():
+        if not (fields[1].isascii() and fields[1].isdigit()):   # "²" is a digit to isdigit
           raise ValueError(f"{path}, line {n}: count {fields[1]!r} must be an integer >= 0.")
         counts.append(int(fields[1]))
     return cls(tuple(tokens), tuple(counts) if with_counts else None, pad=pad, unk=unk,
