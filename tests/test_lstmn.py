@@ -15,6 +15,7 @@ import pytest
 from jax.test_util import check_grads
 
 import rumjax
+from rumjax.core import attention
 from rumjax.core import lstmn as lstmn_lib
 from rumjax.models import fusion
 from rumjax.models import DeepFusion, LSTMN, ShallowFusion, StackedLSTMN
@@ -379,6 +380,26 @@ def test_deep_fusion_matches_reference():
     for g, e in zip(*map(jax.tree.leaves, grads)):
       np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
     assert np.all(np.asarray(grads[0][1])[~SRC_MASK] == 0)   # padded source: no gradient
+
+
+def test_empty_sequences_and_sources():
+  """T = 0 gives [B, 0, NH] (both implementations); a source of width 0 reads as one with
+  every position padded (inter-attention's weights all zero). ``jnp.max`` over an empty
+  axis used to raise."""
+  params = _params(40)
+  for impl in ("fast", "reference"):
+    hs, cs = rumjax.lstmn_scan(params, jnp.zeros((3, 0, NX)), impl=impl)
+    assert hs.shape == cs.shape == (3, 0, NH)
+  deep = _deep_params(41, jnp.float32)
+  xs = _normal(42, 3, 6, NX)
+  src = _normal(43, 3, 5, NH)
+  empty = fusion.deep_fusion_scan(deep, src[:, :0], src[:, :0], SRC_MASK[:, :0], xs,
+                                  mask=MASK)
+  masked = fusion.deep_fusion_scan(deep, src, src, np.zeros_like(SRC_MASK), xs, mask=MASK)
+  for a, b in zip(empty, masked):   # float32, summed in another order: a few roundings
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  weights = attention.masked_softmax(jnp.zeros((2, 0)), jnp.zeros((2, 0), bool))
+  np.testing.assert_array_equal(weights, np.zeros((2, 0)))
 
 
 def test_shallow_fusion_matches_reference():

@@ -320,3 +320,10 @@ def test_flax_module_errors():
     StarSaberLayer(D, variant="rezero").init(jax.random.key(0), h, h)
   with pytest.raises(ValueError, match="features=3"):
     StarSaberLayer(3).init(jax.random.key(0), h, h)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_an_empty_sequence_gives_an_empty_output(variant):
+  """T = 0: ``[B, 0, D]`` (the attention's max over an empty axis used to raise)."""
+  h = jnp.zeros((2, 0, D))
+  assert _layer(variant)(_params(0, variant), h, h).shape == (2, 0, D)

@@ -376,7 +376,7 @@ def lstmn_step(params: dict, const: tuple, x_t: tuple, aux_t: tuple, carry: Arra
 def tape_masks(mask: Array) -> tuple[tuple[Array, Array], tuple[Array, Array]]:
   """``const = (valid_tape, pos_tape)`` <[B, T+1]> and time-major ``aux = (m, pos)`` <[T, B]>
   for :func:`lstmn_step`, from ``mask`` <bool>[B, T]."""
-  valid_tape = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
+  valid_tape = jnp.concatenate([jnp.ones((mask.shape[0], 1), mask.dtype), mask], axis=1)
   pos_tape = jnp.cumsum(valid_tape.astype(jnp.int32), axis=1) - 1
   return (valid_tape, pos_tape), (mask.T, pos_tape[:, 1:].T)
 
