@@ -167,8 +167,9 @@ def _layer_norm(z, p, eps=1e-6):
   return (z - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
 
 
-def _reference_transformer_layer(p, x, mask):
-  """Post-LN layer with explicit loops over batch, heads, queries and keys (float64)."""
+def _reference_transformer_layer(p, x, mask, rezero=False):
+  """Post-LN layer with explicit loops over batch, heads, queries and keys (float64);
+  ``rezero``: no layer norms, both residual branches scaled by ``p["alpha"]``."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
   a = p["attention"]
   B, T, d = x.shape
@@ -187,11 +188,14 @@ def _reference_transformer_layer(p, x, mask):
         ctx = sum(wi * proj["value"][b, i, h] for wi, i in zip(w, keys))
         att[b, n] += ctx @ a["out"]["kernel"][h]
       att[b, n] += a["out"]["bias"]
-  x1 = _layer_norm(x + att, p["attention_norm"])
   f = p["ffn"]
-  hidden = np.maximum(x1 @ f["hidden"]["kernel"] + f["hidden"]["bias"], 0.0)
-  return _layer_norm(x1 + hidden @ f["output"]["kernel"] + f["output"]["bias"],
-                     p["ffn_norm"])
+  ffn = lambda z: (np.maximum(z @ f["hidden"]["kernel"] + f["hidden"]["bias"], 0.0)
+                   @ f["output"]["kernel"] + f["output"]["bias"])
+  if rezero:
+    x1 = x + p["alpha"] * att
+    return x1 + p["alpha"] * ffn(x1)
+  x1 = _layer_norm(x + att, p["attention_norm"])
+  return _layer_norm(x1 + ffn(x1), p["ffn_norm"])
 
 
 def test_transformer_layer_matches_a_numpy_reference():
@@ -210,6 +214,27 @@ def test_transformer_layer_matches_a_numpy_reference():
   ref = _reference_transformer_layer(variables["params"], x, mask)
   np.testing.assert_allclose(np.asarray(y)[mask], ref[mask], rtol=1e-4, atol=1e-5)
   # Padded keys are not read: changing the padded inputs leaves real positions alone.
+  x2 = np.where(mask[..., None], x, 100.0)
+  y2 = layer.apply(variables, jnp.asarray(x2, jnp.float32), mask, deterministic=True)
+  np.testing.assert_allclose(np.asarray(y2)[mask], np.asarray(y)[mask], atol=1e-5)
+
+
+def test_rezero_layer_matches_a_numpy_reference_away_from_zero():
+  """alpha = 0.7 (at 0 any wiring is the identity): eq. of :class:`ReZeroLayer` against the
+  float64 loops, float32 here (exact products on the CPU): 1e-4; padded keys not read."""
+  d = 4
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(2, 5, d))
+  mask = np.array([[True] * 5, [True, True, True, False, False]])
+  layer = ReZeroLayer(d, num_heads=2, ffn_size=6)
+  variables = layer.init(jax.random.key(4), jnp.asarray(x, jnp.float32), mask,
+                         deterministic=True)
+  variables = jax.tree.map(lambda a: a + 0.1 * rng.normal(size=a.shape).astype(np.float32),
+                           variables)
+  variables["params"]["alpha"] = jnp.float32(0.7)
+  y = layer.apply(variables, jnp.asarray(x, jnp.float32), mask, deterministic=True)
+  ref = _reference_transformer_layer(variables["params"], x, mask, rezero=True)
+  np.testing.assert_allclose(np.asarray(y)[mask], ref[mask], rtol=1e-4, atol=1e-5)
   x2 = np.where(mask[..., None], x, 100.0)
   y2 = layer.apply(variables, jnp.asarray(x2, jnp.float32), mask, deterministic=True)
   np.testing.assert_allclose(np.asarray(y2)[mask], np.asarray(y)[mask], atol=1e-5)
