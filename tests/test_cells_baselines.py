@@ -247,18 +247,18 @@ def test_fwln_matches_explicit_recurrence(inner_steps, activation):
 # ---------------------------------------------------------------------------- LN-LSTM
 
 
-def lnlstm_ref(p, xs, zh, zc, forget_bias=1.0):
+def lnlstm_ref(p, xs, zh, zc, forget_bias=1.0, eps=1e-6):
   """Deterministic LN-LSTM with zoneout in expectation."""
   n = p["kernel_h"].shape[0]
   c, h, out = np.zeros((B, n)), np.zeros((B, n)), []
   for t in range(T):
     z = np.asarray(xs[:, t], np.float64) @ p["kernel_x"] + h @ p["kernel_h"]
     gates = [layer_norm_ref(z[:, k * n:(k + 1) * n], p["ln_gates"]["scale"][k],
-                            p["ln_gates"]["bias"][k]) for k in range(4)]
+                            p["ln_gates"]["bias"][k], eps) for k in range(4)]
     i, g, f, o = gates
     c_new = sigmoid(f + forget_bias) * c + sigmoid(i) * np.tanh(g)
     h_new = sigmoid(o) * np.tanh(layer_norm_ref(c_new, p["ln_c"]["scale"],
-                                                p["ln_c"]["bias"]))
+                                                p["ln_c"]["bias"], eps))
     c = zc * c + (1 - zc) * c_new
     h = zh * h + (1 - zh) * h_new
     out.append(h)
@@ -271,6 +271,16 @@ def test_lnlstm_matches_reference(zh, zc):
   p = _random_params("lnlstm", n, seed=10)
   hs = _run("lnlstm", n, p, xs, zoneout=zh, zoneout_c=zc)
   np.testing.assert_allclose(hs, lnlstm_ref(p, xs, zh, zc), rtol=1e-4, atol=1e-5)
+
+
+def test_lnlstm_epsilon_is_the_layer_norms():
+  """``epsilon=0.05`` in both layer norms (the authors use 1e-3): the reference with it,
+  and visibly not the default's."""
+  n, xs = 6, _xs(9)
+  p = _random_params("lnlstm", n, seed=10)
+  hs = _run("lnlstm", n, p, xs, epsilon=0.05)
+  np.testing.assert_allclose(hs, lnlstm_ref(p, xs, 0.0, 0.0, eps=0.05), rtol=1e-4, atol=1e-5)
+  assert np.max(np.abs(hs - lnlstm_ref(p, xs, 0.0, 0.0))) > 1e-3
 
 
 def test_lnlstm_zoneout_training_keeps_previous_units():

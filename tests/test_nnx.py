@@ -32,7 +32,7 @@ OPTIONS = {
     "goru": dict(fft=True),
     "urnn": {},
     "fwln": dict(inner_steps=2, decay=0.9),
-    "lnlstm": dict(zoneout=0.1, zoneout_c=0.5, forget_bias=0.5),
+    "lnlstm": dict(zoneout=0.1, zoneout_c=0.5, forget_bias=0.5, epsilon=0.05),
     "lstm": {},
     "gru": {},
 }

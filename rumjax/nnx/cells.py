@@ -99,15 +99,17 @@ class LayerNorm(nnx.Module):
   """
 
   def __init__(self, feature_shape: tuple, *, reduction_axes=-1, feature_axes=-1,
-               dtype=None, param_dtype=jnp.float32):
+               epsilon: float = 1e-6, dtype=None, param_dtype=jnp.float32):
+    self.epsilon = epsilon
     self.scale = nnx.Param(jnp.ones(feature_shape, param_dtype))
     self.bias = nnx.Param(jnp.zeros(feature_shape, param_dtype))
     self.reduction_axes, self.feature_axes = reduction_axes, feature_axes
     self.dtype, self.param_dtype = dtype, param_dtype
 
   def __call__(self, x: Array) -> Array:
-    ln = nn.LayerNorm(reduction_axes=self.reduction_axes, feature_axes=self.feature_axes,
-                      dtype=self.dtype, param_dtype=self.param_dtype)
+    ln = nn.LayerNorm(epsilon=self.epsilon, reduction_axes=self.reduction_axes,
+                      feature_axes=self.feature_axes, dtype=self.dtype,
+                      param_dtype=self.param_dtype)
     return ln.apply({"params": {"scale": self.scale[...], "bias": self.bias[...]}}, x)
 
 
@@ -398,10 +400,12 @@ class FWLNCell(Cell):
 class LNLSTMCell(Cell):
   """LSTM with layer norm and zoneout (:class:`rumjax.cells.LNLSTMCell`,
   :func:`rumjax.cells.lnlstm.lnlstm_step`) for ``flax.nnx``: parameters ``kernel_x``,
-  ``kernel_h``, ``ln_gates`` (<[4, N]> gains and biases), ``ln_c``; the carry ``(c, h)``."""
+  ``kernel_h``, ``ln_gates`` (<[4, N]> gains and biases), ``ln_c``; the carry ``(c, h)``;
+  ``epsilon`` as the Linen cell's."""
 
   def __init__(self, in_features: int, hidden_features: int, *, forget_bias: float = 1.0,
                zoneout: float = 0.0, zoneout_c: float = 0.0, deterministic: bool = True,
+               epsilon: float = 1e-6,
                kernel_x_init: Callable = initializers.in_float32(nn.initializers.orthogonal()),
                kernel_h_init: Callable = initializers.in_float32(nn.initializers.orthogonal()),
                dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
@@ -416,9 +420,9 @@ class LNLSTMCell(Cell):
     self.deterministic = deterministic
     self.kernel_x = _param(kernel_x_init, rngs, (in_features, 4 * n), param_dtype)
     self.kernel_h = _param(kernel_h_init, rngs, (n, 4 * n), param_dtype)
-    self.ln_gates = LayerNorm((4, n), feature_axes=(-2, -1), dtype=dtype,
+    self.ln_gates = LayerNorm((4, n), feature_axes=(-2, -1), epsilon=epsilon, dtype=dtype,
                               param_dtype=param_dtype)
-    self.ln_c = LayerNorm((n,), dtype=dtype, param_dtype=param_dtype)
+    self.ln_c = LayerNorm((n,), epsilon=epsilon, dtype=dtype, param_dtype=param_dtype)
     self.rngs = _dropout_stream(rngs, zoneout, zoneout_c)
 
   def __call__(self, carry, inputs):
