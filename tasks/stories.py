@@ -4,9 +4,9 @@ tasks of Table 4): the pointer-generator of :mod:`tasks.summarization` on the da
 ``manual_dir``; there is no download and no copy in ``../shared/data``).
 
 ``config.subtask`` picks the paper's task (:func:`tasks.datasets.stories.source_target`):
-``s2s`` story -> summary, ``sh2s`` the story's paragraphs shuffled (fixed per example and
-``seed``) -> summary, ``s2t`` story -> title, ``oods2s`` story -> summary trained on
-``manual_dir`` and evaluated on the ``validation`` / ``test`` splits of
+``s2s`` story -> summary, ``sh2s`` the story's paragraphs shuffled (fixed per example, split
+and ``config.data_seed``; None: ``config.seed``) -> summary, ``s2t`` story -> title,
+``oods2s`` story -> summary trained on ``manual_dir`` and evaluated on the ``validation`` / ``test`` splits of
 ``ood_manual_dir`` (another dataset; the vocabulary comes from the training data only).
 Text: the source's sentences (:func:`tasks.text.summaries.split_sentences`, paragraph
 breaks end sentences) and the target's, lower-cased and tokenised
@@ -40,6 +40,8 @@ def validate_config(config) -> None:
   summ.validate_real_data_config(config, NAME)
   if config.subtask not in SUBTASKS:
     raise ValueError(f"config.subtask={config.subtask!r} must be one of {list(SUBTASKS)}.")
+  if config.get("data_seed") is not None:
+    common.check_int(config, "data_seed", 0)
   if not config.manual_dir:
     raise ValueError("config.manual_dir is empty: the stories task has no download; give the "
                      "folder of train.jsonl, validation.jsonl, test.jsonl "
@@ -78,7 +80,7 @@ def _data(manual_dir, ood_manual_dir, data_dir, subtask, seed, vocab_size, max_e
     if name not in builder_lib.available_splits(builders[split]):
       missing[split] = builder_lib.missing_split_message(builders[split], name)
       continue
-    examples[split] = [pair_example(*builder_lib.source_target(r, subtask, seed))
+    examples[split] = [pair_example(*builder_lib.source_target(r, subtask, seed, name))
                        for r in builder_lib.read_split(builders[split], name)]
   if "train" not in examples:
     raise ValueError(missing["train"])
@@ -89,9 +91,11 @@ def _data(manual_dir, ood_manual_dir, data_dir, subtask, seed, vocab_size, max_e
 
 
 def data(config) -> summ.Data:
-  """The encoded splits of ``config`` (built once per process)."""
+  """The encoded splits of ``config`` (built once per process); ``sh2s`` shuffles with
+  ``config.data_seed`` (None: ``config.seed``)."""
+  data_seed = config.get("data_seed")
   return _data(config.manual_dir, config.ood_manual_dir, config.data_dir, config.subtask,
-               int(config.seed), config.vocab_size, config.max_enc_steps,
+               int(config.seed if data_seed is None else data_seed), config.vocab_size, config.max_enc_steps,
                config.max_dec_steps)
 
 

@@ -355,6 +355,13 @@ def test_paragraphs_and_shuffling():
   assert stories.shuffled_paragraphs("Only one.", 0, 0) == "Only one."
   with pytest.raises(ValueError, match="non-negative"):
     stories.shuffled_paragraphs(STORY5, -1, 0)
+  # Each split its own orders: train's example i and test's example i share the index.
+  train, test = ([stories.shuffled_paragraphs(STORY5, 3, i, split) for i in range(6)]
+                 for split in ("train", "test"))
+  assert train != test
+  assert train == [stories.shuffled_paragraphs(STORY5, 3, i) for i in range(6)]
+  with pytest.raises(ValueError, match=r"split='dev'; use one of \['train', 'validation'"):
+    stories.shuffled_paragraphs(STORY5, 3, 0, "dev")
 
 
 def test_source_target_of_the_four_subtasks():

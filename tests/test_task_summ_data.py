@@ -122,6 +122,11 @@ def test_stories_subtasks(tmp_path, subtask):
   if subtask == "sh2s":
     assert words != ["one", "two", "three", "four", "five"]      # this seed shuffles it
     assert stories.data(c).examples["train"][0] == first           # fixed per example
+    # config.data_seed: another training seed, the same shuffled sources.
+    _, other = _stories_config(tmp_path, subtask, seed=c.seed + 1, data_seed=c.seed)
+    assert stories.data(other).examples == d.examples
+    _, other = _stories_config(tmp_path, subtask, seed=c.seed + 1)
+    assert stories.data(other).examples["train"] != d.examples["train"]
   else:
     assert words == ["one", "two", "three", "four", "five"]
   expected = [["count"]] if subtask == "s2t" else [["numbers", "."]]

@@ -24,5 +24,7 @@ def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c = summ_config.real_data_config(NAME, variant)
   c.ood_manual_dir = ""   # oods2s: the folder of the out-of-domain validation/test data
   c.subtask = "s2s"       # one of SUBTASKS: s2s, sh2s (paragraphs shuffled), s2t (title)
+  c.data_seed = None      # sh2s's shuffles; None: config.seed (set it to compare seeds
+                          # on the same sources)
   c.num_steps = 100_000
   return c

@@ -19,8 +19,8 @@ The RUM paper's Science-Daily tasks (:data:`SUBTASKS`, :func:`source_target`):
 
 * ``s2s``: story -> summary;
 * ``sh2s``: the story with its paragraphs shuffled -> summary; the order is fixed per
-  example (:func:`shuffled_paragraphs`: ``np.random.default_rng([seed, index])``), so every
-  epoch and every run with the same seed sees the same shuffled story;
+  example and split (:func:`shuffled_paragraphs`: ``np.random.default_rng([seed, split,
+  index])``), so every epoch and every run with the same seed sees the same shuffled story;
 * ``s2t``: story -> title;
 * ``oods2s``: story -> summary, as ``s2s``: out of domain is the evaluation data, not the
   pairs. The task trains on one prepared dataset and evaluates on another (its config names
@@ -87,34 +87,46 @@ def paragraphs(story: str) -> list[str]:
   return [p.strip() for p in _BLANK_LINE.split(story.replace("\r\n", "\n")) if p.strip()]
 
 
-def shuffled_paragraphs(story: str, seed: int, index: int) -> str:
+# The split's place in the key of :func:`shuffled_paragraphs` (an ``index`` counts lines
+# within its split's file, so train's example 3 and test's example 3 share it).
+SPLIT_KEYS = {"train": 0, "validation": 1, "test": 2}
+
+
+def shuffled_paragraphs(story: str, seed: int, index: int, split: str = "train") -> str:
   """The story with its paragraphs in a random order, joined by ``"\n\n"`` (the ``sh2s``
   source).
 
-  The order is ``np.random.default_rng([seed, index]).permutation(n)`` of the ``n``
-  :func:`paragraphs`: the same for the same ``seed`` and example ``index`` (any run, any
-  epoch), independent between examples. It may be the original order (probability
-  ``1/n!``); a story of one paragraph is returned as that paragraph.
+  The order is ``np.random.default_rng([seed, SPLIT_KEYS[split], index]).permutation(n)``
+  of the ``n`` :func:`paragraphs`: the same for the same ``seed``, ``split`` and example
+  ``index`` (any run, any epoch), independent between examples and splits. It may be the
+  original order (probability ``1/n!``); a story of one paragraph is returned as that
+  paragraph.
 
   Args:
     story: the story text.
-    seed: the task's seed (a non-negative integer).
+    seed: the task's data seed (a non-negative integer).
     index: the example's ``index`` (a non-negative integer).
+    split: the builder split the example is from (a key of :data:`SPLIT_KEYS`).
   """
   if seed < 0 or index < 0:
     raise ValueError(f"seed={seed} and index={index} must be non-negative.")
+  if split not in SPLIT_KEYS:
+    raise ValueError(f"split={split!r}; use one of {list(SPLIT_KEYS)}.")
   parts = paragraphs(story)
-  order = np.random.default_rng([int(seed), int(index)]).permutation(len(parts))
+  order = np.random.default_rng([int(seed), SPLIT_KEYS[split], int(index)]).permutation(
+      len(parts))
   return PARAGRAPH_BREAK.join(parts[i] for i in order)
 
 
-def source_target(example: Mapping, subtask: str, seed: int = 0) -> tuple[str, str]:
+def source_target(example: Mapping, subtask: str, seed: int = 0,
+                  split: str = "train") -> tuple[str, str]:
   """``(source_text, target_text)`` of an example for a sub-task (module docstring).
 
   Args:
     example: a dict of :func:`read_split` (``index``, ``story``, ``summary``, ``title``).
     subtask: ``"s2s"``, ``"sh2s"``, ``"s2t"`` or ``"oods2s"``.
     seed: ``sh2s``: the seed of :func:`shuffled_paragraphs` (others ignore it).
+    split: ``sh2s``: the example's builder split (:func:`shuffled_paragraphs`).
 
   Raises:
     ValueError: an unknown sub-task, or ``s2t`` of an example without a title.
@@ -125,7 +137,7 @@ def source_target(example: Mapping, subtask: str, seed: int = 0) -> tuple[str, s
   if subtask in ("s2s", "oods2s"):
     return story, summary
   if subtask == "sh2s":
-    return shuffled_paragraphs(story, seed, int(example["index"])), summary
+    return shuffled_paragraphs(story, seed, int(example["index"]), split), summary
   title = str(example.get("title", ""))
   if not title.strip():
     raise ValueError(f"s2t: example {example.get('index')} has no title; s2t needs a "
