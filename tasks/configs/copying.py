@@ -49,7 +49,7 @@ def get_config(variant: Optional[str] = None) -> ml_collections.ConfigDict:
   c.rmsprop_decay = 0.9
   c.num_train = 50_000      # training examples, drawn once from a fixed seed
   c.num_test = 500          # test examples, likewise
-  c.delay = 0               # T: the steps between the last data symbol and the marker
+  c.delay = 0               # T: the marker comes T steps after the last data symbol (T - 1 blanks)
   c.update({**SMALL} if variant is None else {**PAPER, **VARIANTS[variant]})
   # The whole test set every eval_every steps and at the end (metrics test_*).
   c.evals.test = common.eval_entry("test", c.get_ref("eval_every"))
