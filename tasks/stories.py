@@ -6,8 +6,9 @@ tasks of Table 4): the pointer-generator of :mod:`tasks.summarization` on the da
 ``config.subtask`` picks the paper's task (:func:`tasks.datasets.stories.source_target`):
 ``s2s`` story -> summary, ``sh2s`` the story's paragraphs shuffled (fixed per example, split
 and ``config.data_seed``; None: ``config.seed``) -> summary, ``s2t`` story -> title,
-``oods2s`` story -> summary trained on ``manual_dir`` and evaluated on the ``validation`` / ``test`` splits of
-``ood_manual_dir`` (another dataset; the vocabulary comes from the training data only).
+``oods2s`` story -> summary trained on ``manual_dir`` and evaluated on the ``validation`` /
+``test`` splits of ``ood_manual_dir`` (another dataset; the vocabulary comes from the
+training data only).
 Text: the source's sentences (:func:`tasks.text.summaries.split_sentences`, paragraph
 breaks end sentences) and the target's, lower-cased and tokenised
 (:func:`tasks.summarization.text_example`). Splits ``train`` / ``dev`` (``validation``) /
@@ -95,8 +96,8 @@ def data(config) -> summ.Data:
   ``config.data_seed`` (None: ``config.seed``)."""
   data_seed = config.get("data_seed")
   return _data(config.manual_dir, config.ood_manual_dir, config.data_dir, config.subtask,
-               int(config.seed if data_seed is None else data_seed), config.vocab_size, config.max_enc_steps,
-               config.max_dec_steps)
+               int(config.seed if data_seed is None else data_seed), config.vocab_size,
+               config.max_enc_steps, config.max_dec_steps)
 
 
 TASK = summ.make_task(name=NAME, get_config=config_lib.get_config,

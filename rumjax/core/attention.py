@@ -13,8 +13,8 @@ def masked_softmax(scores: Array, valid: Array) -> Array:
   """``softmax(scores)`` over the entries where ``valid``; the others get weight 0.
 
   Invalid entries are set to ``-inf`` before the softmax (exactly zero weight, zero
-  gradient). A row without any valid entry (or ``M = 0``) gets all-zero weights (not NaN). Computed and
-  returned in float32 or wider (:func:`at_least_float32`) whatever the dtype of
+  gradient). A row without any valid entry (or ``M = 0``) gets all-zero weights (not NaN).
+  Computed and returned in float32 or wider (:func:`at_least_float32`) whatever the dtype of
   ``scores``: under the precision policy a softmax is never bfloat16.
 
   Args:
