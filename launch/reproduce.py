@@ -4,7 +4,7 @@ and summarization configurations (Table 4, on the synthetic task); the LSTMN pap
     python -m launch.reproduce --experiment=recall_T30 --workdir=/tmp/repro \
         --models=rum_lam1,gru --budget_minutes=15
     python -m launch.reproduce --experiment=copying_T200 --workdir=/tmp/repro \
-        --models=rum_lam1,gru --steps=2000 --budget_minutes=10 --set=model.eta=1.0
+        --models=rum_lam1,gru --steps=2000 --budget_minutes=10 --set=batch_size=64
     python -m launch.reproduce --experiment=recall_T30,copying_T200 --workdir=/tmp/t \
         --models=rum_lam1,gru --tiny --steps=3          # a smoke test in seconds
     python -m launch.reproduce --experiment=recall_T30 --workdir=/tmp/repro_seeds \
@@ -86,7 +86,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("keep_checkpoints", 100, "Checkpoints kept per model (one per "
                        "--eval_every), so that launch.plot can revisit training.")
   flags.DEFINE_multi_string("set", [], "Config override for every model, FIELD=VALUE with "
-                            "a dotted field and a Python literal, e.g. --set=model.eta=1.0 "
+                            "a dotted field and a Python literal, e.g. --set=batch_size=64 "
                             "or --set=learning_rate=3e-3; repeatable.")
   flags.DEFINE_bool("tiny", False, "The experiment's small sizes for smoke tests (mostly "
                     "hidden 8, batch 8, short sequences, small data sets; each experiment's "
@@ -132,8 +132,13 @@ def main(argv):
   try:
     options = options_from_flags(FLAGS)
     experiments.check_options(options)
-    for name in FLAGS.experiment:   # every experiment's --models, before any trains
-      experiments.select_models(EXPERIMENTS[name], FLAGS.models)
+    # Every experiment's runs and configs (--models, --set), before any trains.
+    runs = [run for name in FLAGS.experiment
+            for run in experiments.plan_runs(EXPERIMENTS[name], FLAGS.models, options)]
+    if options.pretrain_steps is not None and all(run[3] is None for run in runs):
+      raise ValueError(f"--pretrain_steps={options.pretrain_steps}: no selected model of "
+                       f"{','.join(FLAGS.experiment)} pretrains (only the CLUE experiments' "
+                       "pretrained models do); drop the flag.")
     sharding.use_cpu_devices(FLAGS.cpu_devices)
     launch.warn_cpu_devices(FLAGS.cpu_devices)
   except ValueError as err:

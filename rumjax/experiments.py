@@ -402,12 +402,21 @@ def limit_periodic_evals(config, batches: int) -> None:
         entry.batches = min(entry.batches, batches) if entry.get("batches") else batches
 
 
-def _configure(exp: Experiment, config, updates: Mapping[str, Any], options: Options,
-               steps: Optional[int], adjust: bool):
+def _configure(exp: Experiment, key: str, config, updates: Mapping[str, Any],
+               options: Options, steps: Optional[int], adjust: bool):
   """``config`` with ``updates``, ``options.sets`` and ``seed``, then ``steps`` and the
   run's cadences (``eval_every`` for evaluations and checkpoints), ``exp.adjust`` if
   ``adjust``; validated by the task. A ``--set`` of a field that an option sets here is
-  a ``ValueError`` naming the option (it was silently replaced)."""
+  a ``ValueError`` naming the option (it was silently replaced), and so is a ``--set``
+  that changes a field of model ``key``'s own entry (its row would keep the label and the
+  paper's numbers of the model it no longer is)."""
+  label, own = exp.models[key]
+  for field, value in options.sets.items():
+    if field in own and value != own[field]:
+      raise ValueError(f"--set={field}={value!r} changes what model '{key}' ({label}) is: "
+                       f"its entry sets {field}={own[field]!r} and its row is labelled and "
+                       "compared with the paper as that; leave it out of --set (or train "
+                       "the variant with launch.train).")
   owned = {"checkpoint_every": "--eval_every (checkpoints follow the evaluations)",
            "keep_checkpoints": "--keep_checkpoints", "log_every": "--log_every"}
   if steps is not None:
@@ -453,7 +462,7 @@ def model_config(exp: Experiment, key: str, options: Optional[Options] = None):
   options = options or Options()
   config = exp.task.get_config(exp.model_variants.get(key, exp.variant))
   updates = {**exp.models[key][1], **(exp.tiny if options.tiny else {})}
-  return _configure(exp, config, updates, options, options.steps, adjust=True)
+  return _configure(exp, key, config, updates, options, options.steps, adjust=True)
 
 
 def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None):
@@ -472,7 +481,7 @@ def pretrain_config(exp: Experiment, key: str, options: Optional[Options] = None
   config = exp.task.get_config(pre.variant)
   updates = {**exp.models[key][1], **pre.sets[key],
              **(exp.tiny if options.tiny else {})}
-  return _configure(exp, config, updates, options, options.pretrain_steps, adjust=False)
+  return _configure(exp, key, config, updates, options, options.pretrain_steps, adjust=False)
 
 
 # ---------------------------------------------------------------------- cos(theta)
@@ -752,6 +761,26 @@ def train_experiment_model(exp: Experiment, key: str, config, exp_dir: str,
   return record
 
 
+def plan_runs(exp: Experiment, keys: Optional[Sequence[str]] = None,
+              options: Optional[Options] = None) -> list[tuple]:
+  """``[(key, seed, config, pretrain config or None), ...]``: every run of
+  :func:`run_experiment` in its order (seed by seed), each config built and checked.
+
+  Raises:
+    ValueError: for an unknown model, config field or invalid option.
+  """
+  options = options or Options()
+  check_options(options)
+  selected = select_models(exp, keys)
+  runs = []
+  for seed in run_seeds(options):
+    for key in selected:
+      seed_options = dataclasses.replace(options, seed=seed, seeds=None)
+      runs.append((key, seed, model_config(exp, key, seed_options),
+                   pretrain_config(exp, key, seed_options)))
+  return runs
+
+
 def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] = None,
                    options: Optional[Options] = None,
                    log: Callable[[str], None] = print) -> dict:
@@ -768,15 +797,9 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
     ValueError: for an unknown model, config field or invalid option.
   """
   options = options or Options()
-  check_options(options)
   seeds = run_seeds(options) if multi_seed(options) else None
   selected = select_models(exp, keys)
-  runs = []
-  for seed in run_seeds(options):
-    for key in selected:
-      seed_options = dataclasses.replace(options, seed=seed, seeds=None)
-      runs.append((key, seed, model_config(exp, key, seed_options),
-                   pretrain_config(exp, key, seed_options)))
+  runs = plan_runs(exp, keys, options)
   training.check_writable(workdir)
   exp_dir = os.path.join(workdir, exp.name)
   if not seeds:

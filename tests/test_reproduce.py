@@ -303,6 +303,16 @@ def test_configs_of_the_paper():
     with pytest.raises(ValueError, match=rf"^--set={list(sets)[0]}=\d+ would be replaced by "
                        rf"the run's {flag}"):
       experiments.model_config(recall, "gru", dataclasses.replace(options, sets=sets))
+  # A --set that changes a model's own field: its row kept the label (review: the docstring's
+  # --set=model.eta=1.0 trained "RUM λ=1 η=N/A" with η=1.0); the same value, or another
+  # model without that field, is fine.
+  with pytest.raises(ValueError, match=r"^--set=model.eta=1.0 changes what model 'rum_lam1' "
+                                       r"\(RUM .*\) is: its entry sets model.eta=None"):
+    experiments.model_config(recall, "rum_lam1", experiments.Options(sets={"model.eta": 1.0}))
+  assert experiments.model_config(recall, "rum_lam1", experiments.Options(
+      sets={"model.eta": None})).model.eta is None
+  assert experiments.model_config(recall, "gru", experiments.Options(
+      sets={"model.eta": 1.0})).model.eta == 1.0
   # Without its option a field may be set (the config's num_steps and seed are kept).
   c = experiments.model_config(recall, "gru", experiments.Options(sets={"num_steps": 9,
                                                                          "seed": 4}))
@@ -368,6 +378,16 @@ def test_command_lines(runs, tmp_path):
   assert proc.stderr.strip().splitlines()[-1].startswith(
       "error: unknown model(s) ['gru'] for sst_binary"), proc.stderr[-2000:]
   assert not (tmp_path / "two").exists()
+  for flag, message in [   # a --set only the second lacks; a --pretrain_steps nobody uses
+      ("--set=length=12", "error: unknown config field 'length'"),
+      ("--pretrain_steps=5", "error: --pretrain_steps=5: no selected model of "
+                             "recall_T30,copying_T200 pretrains")]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.reproduce", "--experiment=recall_T30,copying_T200",
+         f"--workdir={tmp_path / 'two'}", "--models=gru", "--tiny", "--steps=3", flag],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
+    assert not (tmp_path / "two").exists()
   proc = subprocess.run(   # an empty --experiment (an unset shell variable) did nothing
       [sys.executable, "-m", "launch.reproduce", "--experiment=", f"--workdir={tmp_path}"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
