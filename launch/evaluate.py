@@ -55,6 +55,7 @@ def define_config_flag(argv) -> None:
     config = tasks.get_task(name).get_config(
         configs.argv_value(argv, "variant") or saved.get("variant"))
     configs.update_from_dict(config, saved)
+    configs.check_no_identity_overrides(argv)
     configs.check_fields(config, configs.override_paths(argv))
   except ValueError as err:
     sys.exit(f"error: {err}")

@@ -80,6 +80,7 @@ def define_config_flag(argv) -> None:
     tasks.import_modules(configs.argv_value(argv, "imports"))
     task = tasks.get_task(name)
     config = task.get_config(configs.argv_value(argv, "variant"))
+    configs.check_no_identity_overrides(argv)
     configs.check_fields(config, configs.override_paths(argv))
   except ValueError as err:
     sys.exit(f"error: {err}")

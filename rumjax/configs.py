@@ -63,6 +63,16 @@ def override_paths(argv: Iterable[str], flag: str = "config") -> list[str]:
   return out
 
 
+def check_no_identity_overrides(argv: Iterable[str]) -> None:
+  """``ValueError`` for ``--config.task`` / ``--config.variant``: the task and variant pick
+  the config itself (a changed field would be recorded and not used: ``--config.variant=T200``
+  trained the default config under the name T200); ``--task`` / ``--variant`` choose them."""
+  for field in ("task", "variant"):
+    if field in override_paths(argv):
+      raise ValueError(f"--config.{field}: the {field} chooses the config itself, it is not a "
+                       f"field to override; use --{field} instead.")
+
+
 def set_fields(config, updates: Mapping[str, Any]) -> None:
   """Sets dotted fields (``{"model.lam": 0, "seed": 1}``) of a ConfigDict in place;
   ``ValueError`` for an unknown field (see :func:`check_fields`) or a value of another type

@@ -277,6 +277,9 @@ def test_predict_and_orthogonality_refuse_in_one_line_from_the_command_line(tmp_
     (["--config.learning_rat=3"], "unknown config field 'learning_rat' (closest: "
                                   "learning_rate"),
     (["--config.evals.eval.type=beam"], "config.evals.eval.type: unknown evaluator 'beam'"),
+    # recorded as variant T200 while the default config trained (review)
+    (["--config.variant=T200"], "--config.variant: the variant chooses the config itself, "
+                                "it is not a field to override; use --variant instead."),
     (["--budget_minutes=0"], "--budget_minutes=0 must be > 0 (leave it out for no time "
                              "limit)."),
 ])

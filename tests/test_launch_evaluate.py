@@ -45,6 +45,8 @@ def test_metrics_equal_the_logged_final_evaluation(run):
     # The saved config replaced them silently (review: T50 gave T30's numbers).
     (["--variant=T50"], "error: --variant=T50, but the run in"),
     (["--task=copying"], "was trained with task 'recall' (its config.json); leave --task out."),
+    # --config.task chose another task's code for the run's config: a raw KeyError.
+    (["--config.task=copying"], "error: --config.task: the task chooses the config itself"),
 ])
 def test_bad_input_is_one_line(run, args, message):
   proc = _evaluate(f"--workdir={run}", *args)
