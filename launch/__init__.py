@@ -99,6 +99,11 @@ def output_problem(flag: str, path: Optional[str], *, folder: bool = False,
   return None
 
 
+def given_flags(values) -> set[str]:
+  """The names of the flags given on the command line (absl's ``present``)."""
+  return {name for name in values if values[name].present}
+
+
 def list_problem(flag: str, values: Optional[Sequence[str]]) -> Optional[str]:
   """Why ``--flag`` (a list flag the command needs) is empty, e.g. ``--workdirs=$UNSET``,
   or ``None``."""

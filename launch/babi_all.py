@@ -47,7 +47,7 @@ wall time, the mean and the passed (>= 95%) sub-tasks
 
 import os
 import sys
-from typing import Optional
+from typing import Collection, Optional
 
 import launch
 from absl import flags, logging
@@ -90,9 +90,9 @@ def define_flags() -> None:
   flags.DEFINE_list("compare", [], "Only write the comparison table of these runs "
                     "(workdirs or results JSONs), e.g. --compare=/tmp/rum,/tmp/lstm.")
   flags.DEFINE_string("compare_out", None, "The comparison's Markdown file; default "
-                      "comparison.md in --workdir, else next to the first --compare run "
-                      "(with --compare: not inside a run; an existing file only with "
-                      "--overwrite).")
+                      "comparison.md in --workdir, else in the folder holding the first "
+                      "--compare run (with --compare: not inside a run; an existing file "
+                      "only with --overwrite).")
   flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP)
 
 
@@ -122,10 +122,29 @@ def compare(paths, out_path) -> None:
   print(f"comparison: {out_path}")
 
 
-def compare_problem(values) -> Optional[str]:
+# The flags of a training run: --compare, which only compares finished runs, ignores them.
+TRAINING_FLAGS = ("tasks", "version", "fallback_version", "cell", "cells", "lam",
+                  "hidden_size", "level", "attention", "max_steps", "eval_every", "patience",
+                  "budget_minutes", "seed", "manual_dir", "data_dir", "results", "set")
+
+
+def compare_out(values) -> str:
+  """Where ``--compare`` writes: ``--compare_out``, else ``comparison.md`` in ``--workdir``,
+  else beside the first run (in the folder holding it, not inside it)."""
+  if values.compare_out:
+    return values.compare_out
+  if values.workdir:
+    return os.path.join(values.workdir, "comparison.md")
+  first = os.path.abspath(values.compare[0])
+  run = first if os.path.isdir(first) else os.path.dirname(first)
+  return os.path.join(os.path.dirname(run), "comparison.md")
+
+
+def compare_problem(values, given: Collection[str] = ()) -> Optional[str]:
   """Why ``--compare`` / ``--compare_out`` cannot be used as given, or ``None``: a run
-  named twice (two equal columns), or an explicit ``--compare_out`` inside a run, in a
-  run's folder or over an existing file without ``--overwrite``."""
+  named twice (two equal columns), a training flag (ignored by a comparison), or an output
+  (:func:`compare_out`) inside a run, in a run's folder or over an existing file without
+  ``--overwrite``. ``given``: the flags on the command line (:func:`launch.given_flags`)."""
   if not values.compare:
     return None
   seen = {}
@@ -134,17 +153,28 @@ def compare_problem(values) -> Optional[str]:
     if real in seen:
       return (f"--compare names {seen[real]} twice (as {path}); give each run once.")
     seen[real] = path
-  return launch.output_problem("compare_out", values.compare_out, runs=values.compare,
+  ignored = [f"--{name}" for name in TRAINING_FLAGS if name in given]
+  if ignored:
+    return (f"{', '.join(ignored)} would be ignored: --compare only compares finished runs; "
+            "leave them out (or train without --compare).")
+  return launch.output_problem("compare_out", compare_out(values), runs=values.compare,
                                overwrite=values.overwrite)
 
 
-def cells_problem(values) -> Optional[str]:
+def cells_problem(values, given: Collection[str] = ()) -> Optional[str]:
   """Why ``--cells`` cannot run with the other flags, or ``None``: each cell writes its
   own ``<workdir>/<cell>/results.json``, so one ``--results`` file cannot hold them."""
   repeated = sorted({c for c in values.cells if values.cells.count(c) > 1})
   if repeated:
     return (f"--cells={','.join(values.cells)} names {', '.join(repeated)} more than once; "
             "name each cell once.")
+  if values.cells and "cell" in given:
+    return (f"--cell={values.cell} does not go with --cells={','.join(values.cells)} "
+            "(each of those is trained); give one of the two.")
+  cells = values.cells or [values.cell]
+  if "lam" in given and not any(c.startswith("rum") for c in cells):
+    return (f"--lam={values.lam} is RUM's memory, but {', '.join(cells)} has none; leave "
+            "--lam out.")
   if values.cells and values.compare:
     return ("--cells does not go with --compare (which only compares finished runs); "
             "run --cells alone: it writes the comparison itself.")
@@ -169,16 +199,15 @@ def main(argv):
   del argv
   FLAGS = flags.FLAGS
   logging.get_absl_handler().addFilter(utils.QuietOrbax())
-  launch.check_outputs(compare_problem(FLAGS) if FLAGS.compare
+  given = launch.given_flags(FLAGS)
+  launch.check_outputs(compare_problem(FLAGS, given) if FLAGS.compare
                        else launch.output_problem("compare_out", FLAGS.compare_out),
-                       launch.output_problem("results", FLAGS.results),
-                       cells_problem(FLAGS))
+                       launch.output_problem("results", FLAGS.results, suffix=".json",
+                                             runs=()),
+                       cells_problem(FLAGS, given))
   try:
     if FLAGS.compare:
-      out = FLAGS.compare_out or os.path.join(
-          FLAGS.workdir or os.path.dirname(os.path.abspath(FLAGS.compare[0])),
-          "comparison.md")
-      return compare(FLAGS.compare, out)
+      return compare(FLAGS.compare, compare_out(FLAGS))
     if not FLAGS.workdir:
       raise ValueError("--workdir is required (unless --compare).")
     task_ids = parse_tasks(FLAGS.tasks)

@@ -147,6 +147,10 @@ def test_budget(settings, tmp_path):
     with pytest.raises(ValueError, match=f"--{field}=0 must be >= 1"):
       babi_configs.run_subtasks([1], str(tmp_path / "zero"),
                                 dataclasses.replace(settings, **{field: 0}))
+  # --attention at the word level trained without it, labelled "+ attention" (review).
+  with pytest.raises(ValueError, match="--attention is the sentence level's"):
+    babi_configs.run_subtasks([1], str(tmp_path / "zero"),
+                              dataclasses.replace(settings, level="word", attention=True))
   assert not os.path.exists(tmp_path / "zero")
   (tmp_path / "a_file").write_text("keep")
   with pytest.raises(ValueError, match="is a file, not a folder"):
@@ -456,12 +460,19 @@ def test_cells_problem_refuses_a_repeated_cell_and_compare():
   --cells with --compare silently ran the comparison alone."""
   import types
   values = lambda **kw: types.SimpleNamespace(**{"cells": [], "compare": [], "results": None,
-                                                 **kw})
+                                                 "cell": "rum", "lam": 0, **kw})
   assert babi_all.cells_problem(values(cells=["rum", "lstm"])) is None
   assert babi_all.cells_problem(values(cells=["rum", "lstm", "rum"])) == (
       "--cells=rum,lstm,rum names rum more than once; name each cell once.")
   assert babi_all.cells_problem(values(cells=["rum"], compare=["/tmp/a"])).startswith(
       "--cells does not go with --compare")
+  # Flags that did nothing (review): --cell beside --cells, --lam without a RUM.
+  assert babi_all.cells_problem(values(cells=["rum", "lstm"], cell="gru"), {"cell"}) == (
+      "--cell=gru does not go with --cells=rum,lstm (each of those is trained); give one of "
+      "the two.")
+  assert babi_all.cells_problem(values(cell="lstm", lam=1), {"cell", "lam"}) == (
+      "--lam=1 is RUM's memory, but lstm has none; leave --lam out.")
+  assert babi_all.cells_problem(values(cells=["rum", "lstm"], lam=1), {"cells", "lam"}) is None
 
 
 def test_compare_problem_keeps_runs_and_files(tmp_path):
@@ -474,8 +485,18 @@ def test_compare_problem_keeps_runs_and_files(tmp_path):
   precious = tmp_path / "notes.md"
   precious.write_text("mine")
   values = lambda **kw: types.SimpleNamespace(**{"compare": [str(run)], "compare_out": None,
-                                                 "overwrite": False, **kw})
+                                                 "workdir": None, "overwrite": False, **kw})
   assert babi_all.compare_problem(values()) is None
+  assert babi_all.compare_out(values()) == str(tmp_path / "comparison.md")
+  # The default beside the first run: written inside it when that was a results JSON, and
+  # over an existing comparison without --overwrite (review).
+  assert babi_all.compare_out(values(compare=[str(run / "results.json")])) == str(
+      tmp_path / "comparison.md")
+  (tmp_path / "comparison.md").write_text("a --cells run's")
+  assert "already exists; pass --overwrite" in babi_all.compare_problem(values())
+  assert babi_all.compare_problem(values(), {"cell", "max_steps"}) == (
+      "--cell, --max_steps would be ignored: --compare only compares finished runs; leave "
+      "them out (or train without --compare).")
   assert babi_all.compare_problem(values(compare_out=str(tmp_path / "cmp.md"))) is None
   assert "already exists; pass --overwrite" in babi_all.compare_problem(
       values(compare_out=str(precious)))

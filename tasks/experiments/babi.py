@@ -224,6 +224,10 @@ def check_settings(task_ids: Sequence[int], settings: Settings) -> None:
     raise ValueError(f"--tasks: sub-tasks {bad} are not in 1..{babi_task.NUM_TASKS}.")
   if settings.patience < 1:
     raise ValueError(f"--patience={settings.patience} must be >= 1.")
+  if settings.attention and settings.level != "sentence":
+    raise ValueError(f"--attention is the sentence level's (Table 2 lines 9-15); the "
+                     f"{settings.level} level has none: add --level=sentence or leave "
+                     "--attention out.")
   if settings.cell == "rum" and settings.lam not in (0, 1):
     raise ValueError(f"--lam={settings.lam} must be 0 or 1 (Table 2's RUM lines); a real lam "
                      "trains one sub-task with launch.train --task=babi "
