@@ -21,6 +21,7 @@ For a RUM model workdir (a ``train_and_evaluate`` workdir with the ``config.json
 
 import os
 import sys
+from typing import Optional
 
 import launch
 from absl import flags
@@ -35,11 +36,34 @@ flags.DEFINE_string("params", None, "A .npz of the parameters of the one model a
                     "--workdir (a relative path not found here is looked up in the "
                     "workdir; default: <workdir>/params.npz, else the latest checkpoint).")
 flags.DEFINE_integer("step", None, "Checkpoint step for the kernel heat map.")
-flags.DEFINE_string("out_dir", None, "Where to write the PNGs (default: the workdir).")
+flags.DEFINE_string("out_dir", None, "Where to write the PNGs (default: the workdir, "
+                    "whose figures are redrawn; elsewhere: not inside another run, an "
+                    "existing PNG only with --overwrite).")
 flags.DEFINE_bool("kernels", False, "Also kernels.png: every kernel of the RUM cell "
                   "(Figures 7 and 8 of the RUM conference paper).")
+flags.DEFINE_bool("overwrite", False, launch.OVERWRITE_HELP + " (With --out_dir.)")
 
 FLAGS = flags.FLAGS
+
+
+def out_dir_problem(dirs) -> Optional[str]:
+  """Why ``--out_dir`` cannot take the figures of the models ``dirs``, or ``None``: the
+  models' own folders redraw their figures (the default); any other folder must not hold a
+  run (another model's figures would be replaced) and keeps its PNGs without
+  ``--overwrite``."""
+  if not FLAGS.out_dir:
+    return None
+  names = ["kernel_tau.png", "cos_theta.png"] + (["kernels.png"] if FLAGS.kernels else [])
+  for d in dirs:
+    out = FLAGS.out_dir if len(dirs) == 1 else os.path.join(FLAGS.out_dir, os.path.basename(d))
+    if os.path.realpath(out) == os.path.realpath(d):
+      continue
+    problem = launch.output_problem("out_dir", out, folder=True, runs=(),
+                                    files=[os.path.join(out, n) for n in names],
+                                    overwrite=FLAGS.overwrite)
+    if problem:
+      return problem
+  return None
 
 
 def main(argv):
@@ -49,6 +73,7 @@ def main(argv):
   if not dirs:
     sys.exit(f"error: no RUM model workdir (config.json with cell 'rum') at "
              f"{FLAGS.workdir}.")
+  launch.check_outputs(out_dir_problem(dirs))
   if FLAGS.params and len(dirs) > 1:
     sys.exit(f"error: --params={FLAGS.params} names one model's parameters, but "
              f"{FLAGS.workdir} holds {len(dirs)} RUM models; give the workdir of one of "

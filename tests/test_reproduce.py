@@ -359,6 +359,21 @@ def test_command_lines(runs, tmp_path):
       timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   _assert_png(os.path.join(tmp_path, "kernel_tau.png"))   # one RUM model in the folder
+  # Another model's folder: its figures were replaced (review); an existing PNG elsewhere
+  # needs --overwrite.
+  for out, message in [(f"{root}/recall_T30/gru", "the folder of a run (it holds "),
+                       (str(tmp_path), "kernel_tau.png already exists; pass --overwrite")]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.plot", f"--workdir={root}/recall_T30",
+         f"--out_dir={out}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and message in proc.stderr.strip().splitlines()[-1], (
+        proc.stderr[-2000:])
+  assert not os.path.exists(f"{root}/recall_T30/gru/kernel_tau.png")
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.plot", f"--workdir={root}/recall_T30",
+       f"--out_dir={tmp_path}", "--overwrite"], cwd=REPO, env=env, capture_output=True,
+      text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
   proc = subprocess.run(
       [sys.executable, "-m", "launch.plot", f"--workdir={root}/recall_T30",
        f"--out_dir={tmp_path / 'step'}", "--step=99999"], cwd=REPO, env=env,
