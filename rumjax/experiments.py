@@ -800,6 +800,7 @@ def run_experiment(exp: Experiment, workdir: str, keys: Optional[Sequence[str]] 
   seeds = run_seeds(options) if multi_seed(options) else None
   selected = select_models(exp, keys)
   runs = plan_runs(exp, keys, options)
+  training.check_not_run(workdir)
   training.check_writable(workdir)
   exp_dir = os.path.join(workdir, exp.name)
   if not seeds:

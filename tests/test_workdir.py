@@ -109,6 +109,31 @@ def test_an_experiment_folder_is_not_a_run_workdir(tmp_path):
                                      toy_task.TASK)["step"] == 1
 
 
+def test_experiment_roots_and_runs_do_not_nest(tmp_path):
+  """launch.train into launch.reproduce's root (experiments one level down) or a
+  ``babi_all --cells`` root (comparison.md) mixed a run into them, and the experiment
+  launchers wrote their runs into a training run's workdir (review)."""
+  root = tmp_path / "repro"
+  (root / "recall_T30" / "gru").mkdir(parents=True)
+  (root / "recall_T30" / "results.json").write_text("{}")
+  cells = tmp_path / "babi"
+  (cells / "rum").mkdir(parents=True)
+  (cells / "comparison.md").write_text("| table |")
+  for folder, mark in [(root, "recall_T30/results.json"), (cells, "comparison.md")]:
+    before = _snapshot(str(folder))
+    with pytest.raises(training.WorkdirError, match=rf"holds {mark}: it is the folder of an "):
+      training.train_and_evaluate(_config(num_steps=1), str(folder), toy_task.TASK)
+    assert _snapshot(str(folder)) == before
+  run = tmp_path / "run"
+  training.train_and_evaluate(_config(num_steps=1), str(run), toy_task.TASK)
+  lost = tmp_path / "lost" / "checkpoints"   # checkpoints/ alone (config.json lost)
+  lost.mkdir(parents=True)
+  for folder, name in [(run, "config.json"), (lost.parent, "checkpoints")]:
+    with pytest.raises(training.WorkdirError, match=rf"holds {name}: it is a training run's"):
+      training.check_not_run(str(folder))
+  training.check_not_run(str(tmp_path / "new"))   # a new folder is fine
+
+
 def test_a_checkpoint_that_does_not_fit_is_an_error_not_corruption(tmp_path):
   """The second guard (no config.json to compare, e.g. a workdir copied without it): the
   checkpoint's tree (orbax metadata) against the new state; nothing is moved."""

@@ -57,16 +57,44 @@ def check_writable(workdir: str) -> None:
                        "--workdir you can write to.") from err
 
 
+def _experiment_mark(workdir: str) -> Optional[str]:
+  """What makes ``workdir`` (without a ``config.json``) the folder of an experiment, or
+  ``None``: its ``results.json`` (``launch.reproduce``'s experiment, ``launch.babi_all``),
+  an experiment's ``<name>/results.json`` one level down (``launch.reproduce``'s root) or
+  ``comparison.md`` (``launch.babi_all --cells``)."""
+  if not os.path.isdir(workdir) or os.path.exists(os.path.join(workdir, "config.json")):
+    return None
+  for name in ("results.json", "comparison.md"):
+    if os.path.isfile(os.path.join(workdir, name)):
+      return name
+  for sub in sorted(os.listdir(workdir)):
+    if (os.path.isfile(os.path.join(workdir, sub, "results.json"))
+        and not os.path.exists(os.path.join(workdir, sub, "config.json"))):
+      return os.path.join(sub, "results.json")
+  return None
+
+
 def check_not_experiment(workdir: str) -> None:
-  """A one-line :class:`WorkdirError` if ``workdir`` is the folder of an experiment (a
-  ``results.json`` of ``launch.reproduce`` or ``launch.babi_all``, no ``config.json``):
-  its runs are its subfolders, and a run written beside them would be taken for one of
-  them (``launch.plot`` drew it instead of the experiment's models)."""
-  if (os.path.isfile(os.path.join(workdir, "results.json"))
-      and not os.path.exists(os.path.join(workdir, "config.json"))):
-    raise WorkdirError(f"workdir {workdir!r} holds results.json: it is the folder of an "
+  """A one-line :class:`WorkdirError` if ``workdir`` is the folder of an experiment
+  (:func:`_experiment_mark`): its runs are its subfolders, and a run written beside them
+  would be taken for one of them (``launch.plot`` drew it instead of the experiment's
+  models)."""
+  mark = _experiment_mark(workdir)
+  if mark:
+    raise WorkdirError(f"workdir {workdir!r} holds {mark}: it is the folder of an "
                        "experiment (launch.reproduce, launch.babi_all) whose runs are its "
                        "subfolders; pass a new --workdir, or one of those runs to resume it.")
+
+
+def check_not_run(root: str) -> None:
+  """A one-line :class:`WorkdirError` if ``root``, the folder of an experiment's runs
+  (``launch.reproduce``, ``launch.babi_all``), is a training run's workdir (it holds
+  ``config.json`` or ``checkpoints/``): the experiment's runs would mix with its files."""
+  for name in ("config.json", "checkpoints"):
+    if os.path.exists(os.path.join(root, name)):
+      raise WorkdirError(f"workdir {root!r} holds {name}: it is a training run's workdir; "
+                         "pass a new --workdir for the experiment (its runs are made in "
+                         "subfolders).")
 
 
 def _holder_text(holder: dict) -> str:

@@ -294,6 +294,7 @@ def run_subtasks(task_ids: Sequence[int], workdir: str, settings: Settings,
   cfgs = {k: subtask_config(k, settings) for k in task_ids}
   results_path = results_path or os.path.join(workdir, "results.json")
   ours, rows = {}, _rows_in(results_path, settings)   # refuses other settings' results
+  training.check_not_run(workdir)
   training.check_writable(workdir)
   for k, config in cfgs.items():
     log(f"bAbI qa{k}: {settings.header()}, data {config.version}, {config.num_steps} "
@@ -641,6 +642,7 @@ def run_cells(cells: Sequence[str], task_ids: Sequence[int], workdir: str,
       of other settings, before anything trains.
   """
   runs = [(dataclasses.replace(settings, cell=c), os.path.join(workdir, c)) for c in cells]
+  training.check_not_run(workdir)
   for s, d in runs:
     check_settings(task_ids, s)
     for k in task_ids:
