@@ -209,7 +209,8 @@ def main(argv):
       decoding.parse_decode_shape(FLAGS.decode_shape)
       decoding.parse_beam_sizes(FLAGS.beam_sizes)
     elif encoders_requested():
-      encoders.parse_encoder_args(FLAGS.encoder_shapes, FLAGS.encoder_size)
+      encoders.parse_encoder_args(FLAGS.encoder_shapes, FLAGS.encoder_size,
+                                  FLAGS.encoders)
     elif lm_requested():
       lm.parse_lm_shape(FLAGS.lm_shape, FLAGS.lm_scale)
     else:

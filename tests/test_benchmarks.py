@@ -62,6 +62,11 @@ def test_parse_decode_lm_and_encoder_shapes():
   for shapes, size in [(["2x8x1"], "1x16"), (["2x8"], "16"), (["ax8"], "1x16")]:
     with pytest.raises(ValueError, match="must be BxT and encoder_size"):
       encoders.parse_encoder_args(shapes, size)
+  # A model that is not an encoder was a KeyError after the matmul peak (review).
+  assert encoders.parse_encoder_args(["2x8"], "1x16", ["starsaber", "bilstm"])
+  with pytest.raises(ValueError, match=r"^--encoders: \['tagger'\] are not encoder models; "
+                                       r"use some of \['starsaber'"):
+    encoders.parse_encoder_args(["2x8"], "1x16", ["starsaber", "tagger"])
 
 
 def test_make_step_rejects_unknown_candidates():

@@ -14,8 +14,15 @@ from rumjax.cells.base import resolve_dtype
 ENCODER_VOCAB = 5000
 
 
-def parse_encoder_args(shapes, size):
-  """``([(B, T), ...], (L, D))`` of ``BxT`` strings and an ``LxD`` string."""
+def parse_encoder_args(shapes, size, names=()):
+  """``([(B, T), ...], (L, D))`` of ``BxT`` strings and an ``LxD`` string; ``names`` must
+  be models of :data:`rumjax.models.encoders.ENCODER_MODELS` (a ``ValueError`` before
+  anything is timed: another model failed with a ``KeyError`` after the matmul peak)."""
+  from rumjax.models.encoders import ENCODER_MODELS
+  unknown = [n for n in names if n not in ENCODER_MODELS]
+  if unknown:
+    raise ValueError(f"--encoders: {unknown} are not encoder models; use some of "
+                     f"{list(ENCODER_MODELS)}.")
   parsed = [timing.parse_dims(x, 2) for x in shapes]
   layers_d = timing.parse_dims(size, 2)
   if None in parsed or layers_d is None:
