@@ -139,6 +139,11 @@ def _main(stop):
   except ValueError as err:
     sys.exit(f"error: {err}")
   launch.warn_cpu_devices(FLAGS.cpu_devices)
+  peers = [f"--{name}" for name in ("coordinator_address", "num_processes", "process_id",
+                                      "cpu_collectives") if FLAGS[name].present]
+  if peers and not FLAGS.distributed:   # one process would train alone, silently
+    sys.exit(f"error: {', '.join(peers)} only apply with --distributed; add it (or leave "
+             "them out for one process).")
   if FLAGS.distributed:
     _init_distributed()
   import jax

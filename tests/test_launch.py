@@ -282,6 +282,8 @@ def test_predict_and_orthogonality_refuse_in_one_line_from_the_command_line(tmp_
                                 "it is not a field to override; use --variant instead."),
     (["--budget_minutes=0"], "--budget_minutes=0 must be > 0 (leave it out for no time "
                              "limit)."),
+    (["--num_processes=2", "--process_id=1"], "--num_processes, --process_id only apply "
+                                             "with --distributed; add it"),
 ])
 def test_bad_input_exits_nonzero_with_a_clear_message(tmp_path, args, message):
   proc = _run(str(tmp_path / "bad"), *args, "--steps=2", check=False)
