@@ -68,8 +68,16 @@ def run(values) -> str:
   try:
     task, config, step, params = runs.load_run(values.workdir, tasks.get_task,
                                                  values.step)
+    given = launch.given_flags(values)
     if config.task == "ptb":
+      pair = [f"--{n}" for n in ("role", "hypothesis") if n in given]
+      if pair:
+        raise ValueError(f"{', '.join(pair)}: ptb reads one sentence; they are for snli's "
+                         "premise and hypothesis.")
       return _run_lm(values, task, config, step, params)
+    if "profile_windows" in given:
+      raise ValueError(f"--profile_windows is ptb's (the language model's attention by "
+                       f"distance); {config.task} has none: leave it out.")
     if task.sentence_batch is None:
       raise ValueError(f"task {config.task!r} has no sentence_batch: attention pictures "
                        "are for the sst and snli tasks.")

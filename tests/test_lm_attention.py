@@ -156,6 +156,10 @@ def test_attention_launch_on_a_language_model(corpus, tmp_path, capsys):
   with pytest.raises(SystemExit, match=r"lies inside .*, a run this command reads"):
     launch_attention.run(values)
   assert not os.path.exists(f"{workdir}/a.png")
+  # snli's --role on a language model was accepted and did nothing (review).
+  values(["attention", f"--workdir={workdir}", f"--out={tmp_path}/b.png", "--role=hypothesis"])
+  with pytest.raises(SystemExit, match=r"^error: --role: ptb reads one sentence"):
+    launch_attention.run(values)
 
 
 def test_init_uniform_draws_every_parameter(corpus, tmp_path):

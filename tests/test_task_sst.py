@@ -182,6 +182,15 @@ def test_attention_launch_writes_a_png(trained, tmp_path):
   with pytest.raises(SystemExit, match=r"^error: --role=hypothesis: sst reads one sentence"):
     launch_attention.run(values)
   assert not (tmp_path / "role.png").exists()
+  # Flags of other tasks are refused (--profile_windows was accepted and did nothing).
+  for flag, message in [("--hypothesis=Fun", "sst reads one sentence; a hypothesis is for"),
+                        ("--profile_windows=3", "--profile_windows is ptb's")]:
+    values = flags.FlagValues()
+    launch_attention.define_flags(values)
+    values(["attention", f"--workdir={workdir}", f"--out={tmp_path / 'other.png'}", flag])
+    with pytest.raises(SystemExit, match=rf"^error: {message}"):
+      launch_attention.run(values)
+  assert not (tmp_path / "other.png").exists()
 
 
 # ------------------------------------------------------------------------ word vectors
