@@ -155,6 +155,9 @@ def help_text(short: bool, flag_values: flags.FlagValues = flags.FLAGS,
   if config is not None:
     flag_values["config"].default_as_str = None   # listed field by field below
   body = flag_values.main_module_help() if short else flag_values.get_help()
+  if short:   # flags a launcher takes from another (launch.predict: launch.evaluate's)
+    for module in getattr(sys.modules["__main__"], "FLAGS_FROM", ()):
+      body += "\n" + flag_values.module_help(module)
   parts = [doc.strip(), "flags:\n" + body if short else body]
   if config is not None:
     parts.append("config fields (set any with --config.FIELD=VALUE):\n"

@@ -33,12 +33,16 @@ flags.DEFINE_string("split", "test", "The split to predict.")
 flags.DEFINE_string("pred", None, "The task's predict function (default: the task's "
                     "submission_pred, e.g. 'beam' for summarization, else 'predict').")
 FLAGS = flags.FLAGS
+FLAGS_FROM = (evaluate,)   # --workdir, --best, --step, ... (listed by --help too)
 
 
 def main(argv):
   del argv
   launch.check_outputs(launch.output_problem(   # before decoding
       "output", FLAGS.output, runs=[FLAGS.workdir], overwrite=FLAGS.overwrite))
+  if FLAGS["evals"].present:   # launch.evaluate's; it was accepted and did nothing
+    sys.exit("error: --evals is launch.evaluate's (metrics); launch.predict writes the "
+             "output of --pred: leave --evals out.")
   config, task, workdir = evaluate.setup()
   if task.submission is None:
     sys.exit(f"error: the {config.task} task writes no submission file (it has no "

@@ -529,6 +529,15 @@ def test_predict_writes_a_clue_submission(tmp_path):
       "error: --pred=metrics: the afqmc submission is written from the output of 'predict'; "
       "pass one of them (or leave --pred out), or use launch.evaluate for metrics.")
   assert not (tmp_path / "m.json").exists()
+  evals = subprocess.run([sys.executable, "-m", "launch.predict", f"--workdir={wd}",
+                          f"--output={tmp_path / 'e.json'}", "--evals=nonexistent"],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+  assert evals.stderr.strip().splitlines()[-1].startswith(   # accepted and ignored (review)
+      "error: --evals is launch.evaluate's"), evals.stderr[-2000:]
+  # --help lists the flags predict takes from launch.evaluate (--workdir, --best, ...).
+  usage = subprocess.run([sys.executable, "-m", "launch.predict", "--help"], cwd=REPO,
+                         env=_env(), capture_output=True, text=True, timeout=600)
+  assert usage.returncode == 0 and "--workdir" in usage.stdout and "--best" in usage.stdout
 
 
 def _start_until(workdir, marker, *extra, launcher="launch.train", env=None):
