@@ -198,6 +198,7 @@ def test_every_initializer_names_a_size_that_is_not_positive(call):
     (dict(lam="1"), "lam='1'"),
     (dict(eta=0.0), "eta=0.0"),
     (dict(eta=-1.0), "eta=-1.0"),
+    (dict(eta=float("inf")), "eta=inf.*finite"),   # every h was non-finite
     (dict(activation="gelu"), "activation='gelu'.*relu"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, match):
@@ -216,6 +217,34 @@ def test_bad_shapes_raise_clear_errors():
     rumjax.rum_scan({"kernel_x": params["kernel_x"]}, _xs(20, 2, 6, 3))
   with pytest.raises(ValueError, match="h0 has shape"):
     rumjax.rum_scan(params, _xs(20, 2, 6, 3), h0=jnp.zeros((3, 4)))
+  # R0 of another size: the kernel read its top-left corner, the scans a raw einsum error.
+  h = jnp.zeros((2, 4))
+  for impl in ("fast", "reference", "kernel"):
+    with pytest.raises(ValueError, match=r"h0's memory R has shape \(2, 5, 5\) but .* needs "
+                                         r"\(2, 4, 4\)"):
+      rumjax.rum_scan(params, _xs(20, 2, 6, 3), lam=1, h0=(jnp.zeros((2, 5, 5)), h),
+                      impl=impl)
+  with pytest.raises(ValueError, match=r"h0 is a pair \(R, h\), but lam=0 carries h alone"):
+    rumjax.rum_scan(params, _xs(20, 2, 6, 3), lam=0, h0=(jnp.eye(4), h))
+
+
+def test_empty_sequences_and_numpy_eta():
+  """T = 0 or an empty batch: empty outputs and the initial carry, for a real lam too (its
+  checkpointed scan had no segment: a TypeError); ``impl="kernel"`` says it does not run
+  them. A numpy eta is a number (it was refused)."""
+  params = _params(21, 3, 4)
+  for shape in ((2, 0, 3), (0, 5, 3)):
+    for lam in (0, 1, 0.5):
+      final, hs = rumjax.rum_scan(params, jnp.zeros(shape), lam=lam)
+      assert hs.shape == shape[:2] + (4,)
+      h = final[1] if lam else final
+      np.testing.assert_array_equal(h, np.zeros((shape[0], 4)))
+    with pytest.raises(ValueError, match=r"impl='kernel' does not run an empty sequence or "
+                                         r"batch"):
+      rumjax.rum_scan(params, jnp.zeros(shape), lam=1, impl="kernel")
+  xs = _xs(22, 2, 5, 3)
+  np.testing.assert_array_equal(rumjax.rum_scan(params, xs, eta=np.float32(1.5))[1],
+                                rumjax.rum_scan(params, xs, eta=1.5)[1])
 
 
 @pytest.mark.slow   # ~45 s of compiling a shape per example

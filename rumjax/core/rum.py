@@ -106,10 +106,11 @@ def _is_one(lam) -> bool:
 def check_eta(eta) -> Optional[float]:
   if eta is None:
     return None
-  if not isinstance(eta, (int, float)) or isinstance(eta, bool) or not eta > 0:
+  if (not isinstance(eta, numbers.Real) or isinstance(eta, bool) or not math.isfinite(eta)
+      or not eta > 0):   # numbers.Real: numpy floats too; inf made every h non-finite
     raise ValueError(
         f"eta={eta!r} is not supported: eta is the norm of the time-normalised hidden "
-        "state and must be a number > 0, or None to switch time normalization off.")
+        "state and must be a finite number > 0, or None to switch time normalization off.")
   return float(eta)
 
 
@@ -290,7 +291,10 @@ def initial_carry(batch_shape, nh: int, lam: int, dtype, h0=None):
   if h0 is None:
     h = jnp.zeros(tuple(batch_shape) + (nh,), dtype)
     r = None
-  elif has_memory(lam) and isinstance(h0, (tuple, list)):
+  elif isinstance(h0, (tuple, list)):
+    if not has_memory(lam):
+      raise ValueError("h0 is a pair (R, h), but lam=0 carries h alone (no memory R); "
+                       "pass h0=h.")
     r, h = h0
   else:
     h, r = h0, None
@@ -455,6 +459,8 @@ def checkpointed_scan(body, carry, xs, segment: int, unroll: int = 1):
   are those of the plain scan (the same operations, recomputed).
   """
   t = jax.tree.leaves(xs)[0].shape[0]
+  if t == 0:   # no segment: the plain scan's empty outputs
+    return jax.lax.scan(body, carry, xs, unroll=unroll)
   n, rest = divmod(t, segment)
   run = jax.checkpoint(lambda c, x: jax.lax.scan(body, c, x, unroll=unroll))
   outs = []
@@ -601,12 +607,19 @@ def rum_scan(params: dict, xs: Array, *, lam: int = 0, eta: Optional[float] = No
     raise ValueError(
         f"h0 has shape {h_shape} but xs of shape {jnp.shape(xs)} with Nh={nh} needs "
         f"{tuple(batch_shape) + (nh,)}.")
-  auto_kernel = impl == "auto" and kernel_auto_eligible(
+  if has_memory(lam) and jnp.shape(carry[0]) != tuple(batch_shape) + (nh, nh):
+    raise ValueError(   # the kernel read the top-left corner of a larger R0, silently
+        f"h0's memory R has shape {jnp.shape(carry[0])} but xs of shape {jnp.shape(xs)} "
+        f"with Nh={nh} needs {tuple(batch_shape) + (nh, nh)}.")
+  empty = jnp.shape(xs)[0 if time_major else -2] == 0 or math.prod(batch_shape) == 0
+  auto_kernel = impl == "auto" and not empty and kernel_auto_eligible(
       lam=lam, return_cos=bool(return_cos), nh=nh, dtype=dtype, batch=math.prod(batch_shape))
   if impl == "auto":
     impl = _auto_choice(auto_kernel)
   elif impl == "kernel":
     reason = kernel_unsupported(lam=lam, return_cos=bool(return_cos), dtype=dtype)
+    if reason is None and empty:
+      reason = f"an empty sequence or batch (xs of shape {jnp.shape(xs)})"
     if reason is not None:
       raise ValueError(f"impl='kernel' does not run {reason}; use impl='fast' (or 'auto').")
     _warn_large_kernel(lam, nh)
