@@ -605,8 +605,13 @@ def run_model(config, workdir: str, task, *, hooks: Sequence[Any] = (),
       "cpu_sec": round(time.process_time() - c0, 1), "status": status,
       "load_avg_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
       **(invocation or {})}]
+  # An invocation that trained nothing (a finished run called again, e.g. with another
+  # --eval_every) keeps the config the steps were trained with.
+  trained = start.step is None or int(summary["step"]) != start.step
   record = {
-      **(info or {}), "config": _json_config(config), "num_params": num_params,
+      **(info or {}),
+      "config": _json_config(config) if trained or "config" not in previous
+      else previous["config"], "num_params": num_params,
       "steps": int(summary["step"]), "target_steps": int(config.num_steps),
       "status": status, "error": error,
       "metrics": summary_metrics(summary),

@@ -484,6 +484,12 @@ def test_one_seed_keeps_the_single_run_layout(tmp_path):
     table = f.read()
   assert "| model | params | steps | wall (min) | params (paper) |" in table
   assert "±" not in table
+  # A finished run called again with another --eval_every trains nothing and keeps the
+  # config its steps were trained with (review: result.json said eval_every 2).
+  again = experiments.run_experiment(exp, root, ["gru"], dataclasses.replace(
+      options, eval_every=2), log=lambda _: None)["models"]["gru"]
+  assert again["config"]["eval_every"] == 1 and len(again["invocations"]) == 2
+  assert again["invocations"][1]["steps_from"] == again["invocations"][1]["steps_to"] == 1
   # Adding seeds later trains only the new ones: seed 5 stays in the single-run folder.
   single = os.path.join(root, "recall_T30", "gru")
   before = _lines(os.path.join(single, "metrics.jsonl"))
