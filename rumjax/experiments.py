@@ -409,10 +409,12 @@ def _configure(exp: Experiment, key: str, config, updates: Mapping[str, Any],
   ``adjust``; validated by the task. A ``--set`` of a field that an option sets here is
   a ``ValueError`` naming the option (it was silently replaced), and so is a ``--set``
   that changes a field of model ``key``'s own entry (its row would keep the label and the
-  paper's numbers of the model it no longer is)."""
+  paper's numbers of the model it no longer is). With ``--tiny`` the sizes are free (the
+  label names the hidden size it has, :func:`tiny_label`)."""
   label, own = exp.models[key]
+  free = {"model.hidden_size", *exp.tiny} if options.tiny else set()
   for field, value in options.sets.items():
-    if field in own and value != own[field]:
+    if field in own and field not in free and value != own[field]:
       raise ValueError(f"--set={field}={value!r} changes what model '{key}' ({label}) is: "
                        f"its entry sets {field}={own[field]!r} and its row is labelled and "
                        "compared with the paper as that; leave it out of --set (or train "

@@ -313,6 +313,11 @@ def test_configs_of_the_paper():
       sets={"model.eta": None})).model.eta is None
   assert experiments.model_config(recall, "gru", experiments.Options(
       sets={"model.eta": 1.0})).model.eta == 1.0
+  assert experiments.model_config(recall, "rum_lam1", experiments.Options(   # a smoke test
+      tiny=True, sets={"model.hidden_size": 6})).model.hidden_size == 6
+  with pytest.raises(ValueError, match=r"^--set=model.eta=1.0 changes what model"):
+    experiments.model_config(recall, "rum_lam1", experiments.Options(
+        tiny=True, sets={"model.eta": 1.0}))   # the review's command: --tiny kept the label
   # Without its option a field may be set (the config's num_steps and seed are kept).
   c = experiments.model_config(recall, "gru", experiments.Options(sets={"num_steps": 9,
                                                                          "seed": 4}))
