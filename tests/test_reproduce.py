@@ -765,12 +765,22 @@ def test_summarization_configs():
     assert c.to_dict() == want
 
 
-def test_char_ptb_equal_params_configs():
+@pytest.fixture(scope="module")
+def ptb_char_corpus(tmp_path_factory):
+  """``sets`` that read a small corpus with character-level PTB's 50-token vocabulary, so that
+  the parameter counts below are the real task's without ../shared/data/ptb or a download."""
+  from tests.test_task_ptb import PTB_CHAR_WORDS, _write_corpus
+  base = tmp_path_factory.mktemp("ptb_chars")
+  return {"manual_dir": _write_corpus(base / "manual", words=PTB_CHAR_WORDS),
+          "data_dir": str(base / "tfds")}
+
+
+def test_char_ptb_equal_params_configs(ptb_char_corpus):
   """The pairs are matched in parameters (within 2%), built on their own variants, and the
   decay sits in the last quarter of whatever --steps says."""
   from rumjax.training import loop
   exp = EXPERIMENTS["char_ptb_equal_params"]
-  options = experiments.Options(steps=4000, eval_every=250)
+  options = experiments.Options(steps=4000, eval_every=250, sets=ptb_char_corpus)
   cfg = {k: experiments.model_config(exp, k, options) for k in exp.models}
   assert {k: c.variant for k, c in cfg.items()} == {
       "rum350": "rum1000", "lnlstm250": "lstm1000", "fs_rum2": "fs_rum2",
@@ -788,13 +798,14 @@ def test_char_ptb_equal_params_configs():
   assert list(short.lr_boundaries) == [90, 100]
 
 
-def test_char_ptb_ablations_configs():
+def test_char_ptb_ablations_configs(ptb_char_corpus):
   """Table 3's lines 1-3 (issue 47) in RUM 350's set-up: the reference is
   char_ptb_equal_params's RUM 350 field for field, tanh changes only the activation, and
   RUM 495 without the gate has RUM 350's used parameters (within 0.2%)."""
   from rumjax.training import loop
   exp = EXPERIMENTS["char_ptb_ablations"]
-  options = experiments.Options(steps=3000, eval_every=250, eval_batches_during=20, seed=0)
+  options = experiments.Options(steps=3000, eval_every=250, eval_batches_during=20, seed=0,
+                                sets=ptb_char_corpus)
   cfg = {k: experiments.model_config(exp, k, options) for k in exp.models}
   reference = experiments.model_config(EXPERIMENTS["char_ptb_equal_params"], "rum350",
                                        options).to_dict()

@@ -67,6 +67,8 @@ DEGENERATE = {
     "parallel": lambda a, b: (a, 2.5 * a),
     "antiparallel": lambda a, b: (a, -0.5 * a),
     "antiparallel_axis": lambda a, b: (jnp.eye(a.shape[0], dtype=a.dtype)[1], -jnp.eye(a.shape[0], dtype=a.dtype)[1]),
+    # u = e_0: the fallback's plane takes the second axis (u_0^2 > 1/2), the branch above never does.
+    "antiparallel_axis0": lambda a, b: (jnp.eye(a.shape[0], dtype=a.dtype)[0], -jnp.eye(a.shape[0], dtype=a.dtype)[0]),
     "a_zero": lambda a, b: (0.0 * a, b),
     "b_zero": lambda a, b: (a, 0.0 * b),
     "both_zero": lambda a, b: (0.0 * a, 0.0 * b),

@@ -146,6 +146,7 @@ def test_loss_and_metrics():
   wrong = perfect.at[5:].set(-perfect[5:])
   loss, m = copying.loss_and_metrics(wrong, masked)
   assert float(loss) < 1e-6 and float(m["accuracy"][1]) == 50 and float(m["loss"][1]) == 125
+  assert float(copying.loss_and_metrics(perfect, masked)[1]["accuracy"][0]) == 50
 
 
 # --------------------------------------------------------------------------- config

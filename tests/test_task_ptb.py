@@ -15,14 +15,18 @@ from tasks.configs import ptb as ptb_config
 from tasks.datasets import ptb as ptb_data
 
 WORDS = "the cat sat on a mat dog ran far N <unk> and".split()
+# Words that spell the 49 symbols of Mikolov's character-level PTB (its vocabulary, with <eos>,
+# has 50 tokens), so that a model built on them has the real task's parameter count.
+PTB_CHAR_WORDS = ["abcdefghijklm", "nopqrstuvwxyz", "<unk>", "N", "0123456789", "$&#",
+                  "'.-", "\\/*"]
 
 
-def _write_corpus(root, seed=0):
+def _write_corpus(root, seed=0, words=WORDS):
   """Random word lines in both layouts of Mikolov's files (char files: `_` between words)."""
   rng = np.random.default_rng(seed)
   os.makedirs(root, exist_ok=True)
   for split, n in (("train", 120), ("validation", 23), ("test", 17)):
-    lines = [" " + " ".join(rng.choice(WORDS, size=rng.integers(2, 9))) + " "
+    lines = [" " + " ".join(rng.choice(words, size=rng.integers(2, 9))) + " "
              for _ in range(n)]
     with open(os.path.join(root, ptb_data.file_name("word", split)), "w") as f:
       f.write("".join(line + "\n" for line in lines))
@@ -128,6 +132,27 @@ def test_stream_and_whole_split_evaluation(corpus, level):
   batches = list(ptb.eval_data(c, "valid"))
   assert sum(b["weights"].sum() for b in batches) == len(valid) - 1
   assert tasks.get_task("ptb") is ptb.TASK
+
+
+def test_loss_and_metrics_against_a_loop():
+  """The NLL and BPC sums cover the weighted targets only, and the loss is their mean (the
+  last window of a split is padded with weight 0; a batch of only padding has loss 0)."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 4, 7)).astype(np.float32)
+  targets = rng.integers(0, 7, size=(3, 4))
+  weights = np.ones((3, 4), np.float32)
+  weights[1, 2:] = 0.0
+  weights[2] = 0.0
+  loss, m = ptb.loss_and_metrics(logits, {"targets": targets, "weights": weights})
+  x = logits.astype(np.float64)
+  logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
+  nll = [-logp[b, t, targets[b, t]] for b in range(3) for t in range(4) if weights[b, t]]
+  assert float(m["nll"][1]) == float(m["bpc"][1]) == len(nll) == 6
+  np.testing.assert_allclose(float(m["nll"][0]), sum(nll), rtol=1e-6)
+  np.testing.assert_allclose(float(m["bpc"][0]), sum(nll) / np.log(2), rtol=1e-6)
+  np.testing.assert_allclose(float(loss), np.mean(nll), rtol=1e-6)
+  loss, m = ptb.loss_and_metrics(logits, {"targets": targets, "weights": 0 * weights})
+  assert float(loss) == float(m["loss"][0]) == float(m["loss"][1]) == 0.0
 
 
 @pytest.mark.slow   # ~60 s (three runs); tests/test_training.py checks exact resume fast

@@ -123,6 +123,8 @@ def test_loss_and_metrics():
   masked = dict(batch, mask=np.r_[np.zeros(2), np.ones(6)].astype(np.float32))
   loss, m = recall.loss_and_metrics(perfect.at[:2].set(-perfect[:2]), masked)
   assert float(loss) < 1e-6 and float(m["accuracy"][0]) == float(m["accuracy"][1]) == 6
+  # Right answers on the masked rows do not count either.
+  assert float(recall.loss_and_metrics(perfect, masked)[1]["accuracy"][0]) == 6
 
 
 # --------------------------------------------------------------------------- config

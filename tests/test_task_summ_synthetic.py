@@ -146,21 +146,33 @@ def test_loss_normalization_against_a_loop(normalization):
                                      if k not in ("coverage_weight", "step_weight", "mask")},
                                     0.5, normalization)(np.arange(B))
   batch["mask"] = np.ones((B,), np.float32)
+  # Every even step, padded steps included, puts its largest probability on the target.
+  even = np.arange(T) % 2 == 0
+  probs[:, even] += np.eye(probs.shape[-1], dtype=np.float32)[batch["targets"][:, even]]
+  probs /= probs.sum(-1, keepdims=True)
   loss, metrics = summarization.loss_and_metrics(
       {"probs": probs, "attention": attention, "coverage": coverage}, batch)
   per_row, all_steps = [], []
+  sums = {"nll": 0.0, "coverage_loss": 0.0, "accuracy": 0.0}
   for b in range(B):
     steps = []
     for t in range(int(batch["target_lengths"][b])):
       nll = -np.log(probs[b, t, batch["targets"][b, t]] + 1e-12)
       cov = sum(min(attention[b, t, i], coverage[b, t, i]) for i in range(S))
       steps.append(nll + 0.5 * cov)
+      sums["nll"] += nll
+      sums["coverage_loss"] += cov
+      sums["accuracy"] += float(np.argmax(probs[b, t]) == batch["targets"][b, t])
     per_row.append(np.mean(steps))
     all_steps += steps
   expected = np.mean(per_row) if normalization == "example" else np.mean(all_steps)
   np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
   total, count = metrics["loss"]
   np.testing.assert_allclose(float(total) / float(count), expected, rtol=1e-5)
+  assert sums["accuracy"] >= len(all_steps) // 2   # the even steps are right
+  for name, value in sums.items():   # summed over the real steps only
+    np.testing.assert_allclose(float(metrics[name][0]), value, rtol=1e-5, err_msg=name)
+    assert float(metrics[name][1]) == len(all_steps)
   with pytest.raises(ValueError, match="loss_normalization"):
     _config(loss_normalization="row")
 
