@@ -102,6 +102,15 @@ def test_cos_time_major_and_batch_axes(lam):
         np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
 
 
+def test_eta_and_cos_gradients_match_reference_short():
+  """The backward of time normalization (the projection ``g - h^ (h^.g)``) and of a loss
+  on ``cos(theta_t)`` (return_cos) against autodiff of the reference scan, float64, T = 3:
+  the longer comparisons with eta and return_cos run with -m slow. lam = 1 (the two
+  backward pieces are shared with lam = 0)."""
+  with jax.enable_x64(True):
+    _compare(jnp.float64, 1e-10, 1, 0.8, "tanh", True, return_cos=True, t=3)
+
+
 def test_long_sequence_lam1():
   """2,000 steps: rebuilding R_t backwards keeps the gradients at autodiff's.
 

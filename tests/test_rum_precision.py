@@ -197,6 +197,27 @@ def test_memory_update_and_cell_step_dots_are_highest_precision():
   assert f32 and all(d[0] == ("HIGHEST", "HIGHEST") for d in f32), dots
 
 
+def test_real_lam_is_not_rounded_to_bfloat16():
+  """A real lam is a float32 value under the bfloat16 policy (the rotation path runs in at
+  least float32): with one-hot inputs (bfloat16 matmuls exact) and h0 = 0, step 1's
+  R_1 = R_0^lam Rotation(e, tau) of a bfloat16 run equals the float32 run's to float32
+  rounding (lam = 0.3 rounded to bfloat16 is 0.30078125, which moves R_0^lam by ~1e-3)."""
+  nh, nx = 6, 4
+  params = rumjax.init_rum_params(jax.random.key(0), nx, nh)
+  params = {k: v.astype(jnp.bfloat16).astype(jnp.float32) for k, v in params.items()}
+  params["bias"] = jnp.zeros_like(params["bias"])
+  xs = jax.nn.one_hot(jnp.array([[1]]), nx)                 # (B=1, T=1, Nx)
+  skew = jax.random.normal(jax.random.key(1), (nh, nh))
+  r0 = jax.scipy.linalg.expm(skew - skew.T)[None]           # a rotation, large angles
+  h0 = jnp.zeros((1, nh))
+  run = lambda dtype: rumjax.rum_scan(
+      jax.tree.map(lambda p: p.astype(dtype), params), xs.astype(dtype), lam=0.3,
+      h0=(r0, h0.astype(dtype)))[0][0]
+  r32, r16 = run(jnp.float32), run(jnp.bfloat16)
+  assert r16.dtype == jnp.float32
+  np.testing.assert_allclose(r16, r32, atol=2e-5)
+
+
 def test_rotation_dtypes():
   """The rotation path is at least float32; float64 stays float64."""
   a, b, h = (jnp.asarray(np.random.default_rng(s).normal(size=(2, 5)), jnp.bfloat16)
