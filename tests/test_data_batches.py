@@ -116,3 +116,8 @@ def test_a_bucketed_batch_has_one_width_on_every_process():
   with pytest.raises(ValueError, match=r"entries \{'n': \(\)\} do not have the batch's 4 "
                      "rows first"):
     next(data.ShuffledBatches(8, lambda idx: {"n": np.int32(1)}, seed=0, batch_size=4))
+
+
+def test_eval_batches_never_read_past_the_split():
+  made = list(data.eval_batches(5, lambda idx: {"x": idx}, batch_size=2, max_batches=10))
+  assert len(made) == 3

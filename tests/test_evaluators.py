@@ -243,3 +243,19 @@ def test_sharded_evaluation_equals_one_device():
   one = sharded_metrics()
   assert (four.pop("devices"), one.pop("devices")) == (4, 1)
   assert four == pytest.approx(one, rel=1e-6)
+
+
+def test_grouped_accuracy_ignores_a_correct_padded_row():
+  x = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]        # logits = x: argmax 0, 1, 2, 0
+  batch = {"x": x, "targets": np.asarray([1, 1, 2, 0], np.int32),
+           "group": np.asarray([0, 0, 1, 0], np.int32),
+           "mask": np.asarray([1, 1, 1, 0], np.float32)}  # the last row: right, padding
+  ev = evaluators.build_evaluators(
+      {"t": dict(type="grouped_accuracy", split="test", group_key="group", num_groups=2)},
+      predict_fns={"predict": jax.jit(lambda p, b, s: (b["x"] @ p, s))},
+      data_fn=lambda split, bs: iter([batch]), mesh=sharding_lib.make_mesh())[0]
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=jnp.eye(3), opt_state=(),
+                     rng=jnp.zeros((2,), jnp.uint32))
+  out = ev.run(state)
+  assert out["t_accuracy"] == pytest.approx(2 / 3)
+  assert out["t_accuracy_0"] == pytest.approx(1 / 2)

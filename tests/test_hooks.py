@@ -399,3 +399,61 @@ def test_a_stop_on_a_checkpoint_step_does_not_count_its_window_twice(tmp_path):
   on_checkpoint, between = train("on", 3), train("between", 4)
   assert sorted(on_checkpoint) == sorted(between) == [5, 6, 10, 12]
   assert on_checkpoint == between
+
+
+def _ctx(tmp_path, start_step=0):
+  saved = []
+  ctx = hooks.LoopContext(workdir=str(tmp_path), config=None, num_steps=100,
+                          start_step=start_step, save=lambda d, s, st: saved.append(s))
+  return ctx, saved
+
+
+def test_early_stopping_a_tie_is_no_improvement(tmp_path):
+  ctx, saved = _ctx(tmp_path)
+  stop = hooks.EarlyStopping("eval_accuracy", mode="max", patience=2)
+  stop.begin(0, None, ctx)
+  for step in (1, 2, 3):
+    stop.after_eval(step, None, {"eval_accuracy": 0.5}, ctx)
+  assert saved == [1] and stop.record["best_step"] == 1
+  assert ctx.stop_reason == "early_stopping" and stop.record["bad_evals"] == 2
+
+
+def test_early_stopping_min_delta_in_min_mode(tmp_path):
+  ctx, saved = _ctx(tmp_path)
+  stop = hooks.EarlyStopping("eval_loss", mode="min", patience=5, min_delta=0.1)
+  stop.begin(0, None, ctx)
+  stop.after_eval(1, None, {"eval_loss": 1.0}, ctx)
+  stop.after_eval(2, None, {"eval_loss": 0.95}, ctx)    # better by less than min_delta
+  assert saved == [1] and stop.record["bad_evals"] == 1
+  stop.after_eval(3, None, {"eval_loss": 0.85}, ctx)    # better by more
+  assert saved == [1, 3]
+
+
+def test_early_stopping_counts_consecutive_evaluations_without_improvement(tmp_path):
+  ctx, _ = _ctx(tmp_path)
+  stop = hooks.EarlyStopping("eval_accuracy", mode="max", patience=2)
+  stop.begin(0, None, ctx)
+  for step, value in enumerate([0.5, 0.4, 0.6, 0.5], start=1):  # bad, best, bad
+    stop.after_eval(step, None, {"eval_accuracy": value}, ctx)
+  assert stop.record["bad_evals"] == 1 and ctx.stop_reason is None
+
+
+def test_early_stopping_from_step_0_ignores_an_old_record(tmp_path):
+  with open(os.path.join(tmp_path, hooks.EarlyStopping.FILE), "w") as f:
+    json.dump({"best_step": 50, "best_value": 0.99, "best_metrics": {}, "bad_evals": 1,
+               "stopped": False, "last_step": None}, f)
+  ctx, saved = _ctx(tmp_path)
+  stop = hooks.EarlyStopping("eval_accuracy", mode="max", patience=2)
+  stop.begin(0, None, ctx)
+  stop.after_eval(1, None, {"eval_accuracy": 0.5}, ctx)
+  assert saved == [1] and stop.record["best_step"] == 1
+
+
+def test_a_fresh_periodic_hook_is_not_called_on_a_finished_run(tmp_path):
+  config = toy_task.default_config()
+  config.update(num_steps=4)
+  training.train_and_evaluate(config, str(tmp_path), toy_task.TASK)
+  calls = []
+  hook = hooks.Periodic(3, lambda step, state: calls.append(step))
+  training.train_and_evaluate(config, str(tmp_path), toy_task.TASK, hooks=[hook])
+  assert calls == []

@@ -314,3 +314,22 @@ def test_shared_en10k_question_counts(task, tmp_path):
   stories = {s: {int(ex["story_index"]) for ex in builder.as_data_source(split=s)}
              for s in ("train", "dev")}
   assert stories["train"] and stories["dev"] and not stories["train"] & stories["dev"]
+
+
+def test_babi_sentence_bucket_holds_the_longest_story():
+  arrays = {"story": np.ones((2, 20, 4), np.int32),
+            "story_lengths": np.asarray([2, 12], np.int32),
+            "question": np.ones((2, 4), np.int32), "targets": np.zeros(2, np.int32)}
+  batch = babi.batch_maker(arrays, "sentence", True)(np.arange(2))
+  assert batch["story"].shape[1] == 16
+
+
+def test_babi_sizes_cover_every_split_and_the_question():
+  q = lambda story, question: {"story": story, "question": question, "answer": "a"}
+  questions = {"train": [q(["b c ."], "d ?")],
+               "test": [q(["b c .", "b c .", "b c ."], "what is b c d e f ?")]}
+  enc = babi.encode(questions, "sentence")
+  assert enc.splits["test"]["story_lengths"].tolist() == [3]
+  assert enc.splits["test"]["question"].shape[1] >= 8
+  word = babi.encode(questions, "word")
+  assert word.splits["test"]["lengths"].tolist() == [17]   # 3 x "b c ." + 8 question tokens

@@ -374,3 +374,26 @@ def test_a_submission_writes_the_labels_the_data_was_encoded_with(tmp_path):
   submitted = clue.submission(config, [(batch, logits)])
   assert [(r["label"], r["label_desc"]) for r in submitted] == [
       TNEWS_LABELS[i % 3] for i in range(6)]
+
+
+def test_clue_precision_and_recall_0_count_predicted_rows_and_only_real_rows():
+  # predicted 1: rows 0, 2, 3 (3); gold 1: rows 0, 1 (2); row 4 is padding, gold 0 and
+  # predicted 0 (it must count in no metric).
+  logits = jnp.asarray([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [0.0, 3.0], [1.0, 0.0]])
+  batch = {"targets": jnp.asarray([1, 1, 0, 0, 0]), "mask": jnp.asarray([1, 1, 1, 1, 0.0])}
+  _, m = clue.loss_and_metrics(logits, batch)
+  assert [float(x) for x in m["precision"]] == [1, 3]
+  assert [float(x) for x in m["recall"]] == [1, 2]
+  assert [float(x) for x in m["f1"]] == [2, 5]
+  assert [float(x) for x in m["recall_0"]] == [0, 2]
+
+
+def test_clue_mlm_metrics_ignore_padded_rows():
+  # Row 1 is a padded copy (mask 0) with a masked position: it counts nowhere.
+  logits = jnp.log(jnp.asarray([[[0.5, 0.5], [0.9, 0.1]], [[0.5, 0.5], [0.9, 0.1]]]))
+  batch = {"targets": jnp.asarray([[0, 0], [0, 0]]), "lengths": jnp.asarray([2, 2]),
+           "weights": jnp.asarray([[0.0, 1.0], [0.0, 1.0]]), "mask": jnp.asarray([1.0, 0.0])}
+  _, m = clue.loss_and_metrics(logits, batch)
+  assert [float(x) for x in m["masked_accuracy"]] == [1, 1]
+  assert float(m["masked_loss"][1]) == 1
+  assert float(m["loss"][1]) == 2

@@ -185,3 +185,19 @@ def test_word_vectors_only_oov_rows_move_in_the_first_epoch(dirs, tmp_path):
   moved = np.any(embedding != matrix, axis=1)
   assert np.any(seen & pretrained) and np.any(seen & ~pretrained)
   assert np.all(moved[seen & ~pretrained])   # the batch's OOV words are learnt
+
+
+def test_snli_each_sentence_gets_its_own_bucket():
+  arrays = {"premise": np.ones((2, 32), np.int32),
+            "premise_lengths": np.asarray([3, 4], np.int32),
+            "hypothesis": np.ones((2, 32), np.int32),
+            "hypothesis_lengths": np.asarray([12, 2], np.int32),
+            "targets": np.zeros(2, np.int32), "index": np.arange(2, dtype=np.int32)}
+  batch = snli.batch_maker(arrays, True)(np.arange(2))
+  assert batch["premise"].shape[1] == 8 and batch["hypothesis"].shape[1] == 16
+
+
+@pytest.mark.parametrize("n", [5, 10, 11, 37])
+def test_dev90_split_covers_every_pair(n):
+  train, heldout = snli.dev90_split([f"p{i}" for i in range(n)])
+  assert sorted(train.tolist() + heldout.tolist()) == list(range(n))

@@ -281,3 +281,25 @@ def test_launch_train_without_data_says_which_files(tmp_path):
   assert proc.returncode != 0
   assert f"lacks {tmp_path / 'train.txt'}, {tmp_path / 'dev.txt'}" in proc.stderr
   assert "Traceback" not in proc.stderr
+
+
+def test_sst_bucket_holds_the_longest_sentence():
+  arrays = {"inputs": np.ones((2, 32), np.int32), "lengths": np.asarray([3, 20], np.int32),
+            "targets": np.zeros(2, np.int32), "index": np.arange(2, dtype=np.int32)}
+  batch = sst.batch_maker(arrays, True)(np.arange(2))
+  assert batch["inputs"].shape[1] == 32
+
+
+def test_sst_two_layer_model_gets_the_papers_mlp():
+  config = sst_config.get_config()
+  config.model.num_layers = 2
+  config.model.mlp_layers = None
+  assert sst.model_config(config)["mlp_layers"] == 2
+
+
+def test_sst_width_covers_dev_and_test_sentences():
+  ex = lambda words, i: {"tokens": words, "label": 1, "index": i}
+  examples = {"train": [ex(["a", "b"], 0)], "dev": [ex(["a"] * 5, 0)],
+              "test": [ex(["b"], 0)]}
+  data = sst.encode(examples)
+  assert data.splits["dev"]["lengths"].tolist() == [5]

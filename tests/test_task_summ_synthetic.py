@@ -1,6 +1,8 @@
 """The synthetic summarization task: its examples against the definition, the pointer-generator
 batches (extended ids of article OOVs), the texts the ROUGE evaluator scores, config checks."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -248,3 +250,10 @@ def test_the_hard_tasks_first_loss_is_finite_at_its_sizes():
   value, grads = jax.value_and_grad(loss)(params)
   assert np.isfinite(float(value))
   assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+def test_summ_synthetic_eval_splits_have_num_eval_examples():
+  cfg = types.SimpleNamespace(seed=0, num_train=5, num_eval=2, num_common=20, num_rare=10,
+                              difficulty="easy")
+  assert len(summ_synthetic.examples(cfg, "dev")) == 2
+  assert len(summ_synthetic.examples(cfg, "train")) == 5
