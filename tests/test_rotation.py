@@ -269,6 +269,18 @@ def test_kernel_plane_orthogonal_through_antiparallel():
   np.testing.assert_allclose(np.einsum("bij,bj->bi", r, unit(a)), unit(b), atol=1e-5)
 
 
+def test_cos_and_sin_are_on_the_unit_circle_without_bias():
+  """The plane's (cos, sin) after the Newton step: cos^2 + sin^2 - 1 is within one eps of
+  float32 and averages to 0 over many pairs. Without the step the division's rounding is
+  biased (about +0.36 eps on average here), and a bias makes R_t drift linearly in t."""
+  rng = np.random.default_rng(0)
+  a, b = (jnp.asarray(rng.normal(size=(8192, 64)), jnp.float32) for _ in range(2))
+  plane = jax.jit(rotation_plane)(a, b)
+  c, s = np.asarray(plane.cos, np.float64), np.asarray(plane.sin, np.float64)
+  err = (c * c + s * s - 1.0) / np.finfo(np.float32).eps
+  assert np.abs(err).max() <= 1.0 and abs(err.mean()) < 0.1, (err.mean(), np.abs(err).max())
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda: rotation_matrix(jnp.float32(1.0), jnp.float32(2.0)), "a is a scalar"),
     (lambda: rotate(jnp.ones(3), jnp.ones(4), jnp.ones(3)), r"a: 3, b: 4, h: 3"),

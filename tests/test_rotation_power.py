@@ -167,6 +167,19 @@ def test_angle_pi_values_and_gradients_finite(dtype, gap):
                                  atol=1e-4 if dtype == jnp.float32 else 1e-9)
 
 
+@pytest.mark.parametrize("lam", [0.3, 0.5, 2.0])
+def test_derivative_in_lam_at_angle_pi_matches_finite_differences(lam):
+  """At theta = pi the plane's power is cos(lam pi) 1 + sin(lam pi) J (J the chosen
+  quarter turn): d/dlam includes pi cos(lam pi) J. float64, central differences (1e-6)."""
+  with enable_x64():
+    r = jnp.asarray(random_rotation(6, 5, angles=(np.pi, 1.0)))
+    f = lambda l: rotation_power(r, l)
+    _, d = jax.jvp(f, (jnp.asarray(lam),), (jnp.asarray(1.0),))
+    h = 1e-6
+    fd = (f(jnp.asarray(lam + h)) - f(jnp.asarray(lam - h))) / (2 * h)
+    np.testing.assert_allclose(d, fd, atol=1e-7)
+
+
 def test_exactly_minus_one_on_two_planes():
   """R = -1 in 4 dimensions: some rotation by lam pi in two planes, orthogonal."""
   r = -jnp.eye(4)

@@ -227,3 +227,21 @@ def test_run_recurrence_fast_path_keeps_carry_init_and_the_carry_at_each_length(
     (c_fast, h_fast), (c_ref, h_ref) = (m.apply(variables, xs, lens) for m in (fast, ref))
     np.testing.assert_allclose(h_fast[0], h_ref[0], atol=1e-6)   # row 0: all 5 steps real
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), c_fast, c_ref)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_block_orthogonal_draws_an_independent_orthogonal_block_per_gate(dtype):
+  """RUM's Algorithm 1 (one orthogonal matrix per gate): each (n_in, n) block has
+  orthonormal columns (to the dtype's rounding), and no two blocks are equal."""
+  from rumjax.core.initializers import block_orthogonal
+  w = block_orthogonal(3)(jax.random.key(0), (8, 24), dtype)
+  assert w.shape == (8, 24) and w.dtype == dtype
+  blocks = np.split(np.asarray(w, np.float64), 3, axis=-1)
+  tol = 1e-6 if dtype == jnp.float32 else 2e-2
+  for q in blocks:
+    np.testing.assert_allclose(q.T @ q, np.eye(8), atol=tol)
+  for i in range(3):
+    for j in range(i):
+      assert np.abs(blocks[i] - blocks[j]).max() > 0.1
+  with pytest.raises(ValueError, match="does not split into 3 blocks"):
+    block_orthogonal(3)(jax.random.key(0), (8, 20))

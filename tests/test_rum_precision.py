@@ -91,6 +91,17 @@ def test_bfloat16_rum_cell_memory_orthogonal_t4000():
   _check_bf16_cell(4000)
 
 
+@pytest.mark.parametrize("dtype,param_dtype", [(jnp.bfloat16, jnp.float32),
+                                               (None, jnp.bfloat16)])
+def test_bfloat16_cell_initial_memory_is_float32(dtype, param_dtype):
+  """RUMCell.initialize_carry: h_0 in the computation dtype, R_0 = 1 in float32 (the
+  precision policy: R and the rotation path in at least float32)."""
+  cell = rumjax.RUMCell(8, lam=1, dtype=dtype, param_dtype=param_dtype)
+  r0, h0 = cell.initialize_carry(jax.random.key(0), (3, 5))
+  assert r0.dtype == jnp.float32 and h0.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(r0, np.broadcast_to(np.eye(8), (3, 8, 8)))
+
+
 def test_bfloat16_cell_sows_cos_theta_and_module_runs():
   _, xs = _bf16_problem(5, nh=8, nx=3)
   cell = rumjax.RUMCell(8, lam=1, eta=1.0, dtype=jnp.bfloat16)
@@ -195,6 +206,20 @@ def test_memory_update_and_cell_step_dots_are_highest_precision():
   dots = _dot_generals(lambda v, c, x: cell.apply(v, c, x), variables, carry, x)
   f32 = [d for d in dots if "f32" in d[1:]]
   assert f32 and all(d[0] == ("HIGHEST", "HIGHEST") for d in f32), dots
+
+
+def test_time_normalization_of_bfloat16_is_correctly_rounded():
+  """eta h / |h| with the norm taken in float32 (``rum._normalize``): every bfloat16 entry is
+  the float64 value rounded (relative error <= 2^-8, half a bfloat16 ulp); a norm summed in
+  bfloat16 puts a fifth of the entries further off."""
+  rng = np.random.default_rng(0)
+  h = jnp.asarray(rng.normal(size=(64, 256)) * 3.0, jnp.bfloat16)
+  out = jax.jit(lambda h: rum._normalize(h, 0.7))(h)
+  assert out.dtype == jnp.bfloat16
+  h64 = np.asarray(h, np.float64)
+  exact = 0.7 * h64 / np.linalg.norm(h64, axis=-1, keepdims=True)
+  rel = np.abs(np.asarray(out, np.float64) - exact) / np.abs(exact)
+  assert rel.max() <= 2.0**-8 * (1 + 1e-5), rel.max()
 
 
 def test_real_lam_is_not_rounded_to_bfloat16():
