@@ -445,3 +445,28 @@ def test_fusion_modules(model):
   np.testing.assert_array_equal(np.where(SRC_MASK[..., None], out2.src_hs, 0),
                                 np.where(SRC_MASK[..., None], out.src_hs, 0))
   assert all(np.all(np.isfinite(a)) for a in out)
+
+
+def test_deep_fusion_any_mask_equals_the_sequence_without_padding():
+  """Left padding and holes in the target: g~ (like h~) is kept over padded steps."""
+  params = _deep_params(40, jnp.float32)
+  src_hs, src_cs = _normal(41, 2, 5, NH), _normal(42, 2, 5, NH)
+  xs = _normal(43, 2, 6, NX)
+  mask = np.array([[0, 0, 1, 1, 1, 1], [1, 0, 1, 1, 0, 1]], bool)
+  src_mask = np.ones((2, 5), bool)
+  hs, _ = fusion.deep_fusion_scan(params, src_hs, src_cs, src_mask, xs, mask=mask)
+  for b in range(2):
+    alone, _ = fusion.deep_fusion_scan(params, src_hs[b:b + 1], src_cs[b:b + 1],
+                                       src_mask[b:b + 1], xs[b:b + 1, mask[b]])
+    np.testing.assert_allclose(hs[b, mask[b]], alone[0], rtol=1e-5, atol=1e-6)
+
+
+def test_shallow_fusion_condition_on_source_reaches_the_decoder():
+  src_x, tgt_x = _normal(50, 3, 5, NX), _normal(51, 3, 6, NX)
+  on = ShallowFusion(NH, NA, inter_size=NB, condition_on_source=True)
+  variables = on.init(jax.random.key(3), src_x, SRC_MASK, tgt_x, MASK)
+  off = ShallowFusion(NH, NA, inter_size=NB, condition_on_source=False)
+  a = on.apply(variables, src_x, SRC_MASK, tgt_x, MASK).tgt_hs
+  b = off.apply(variables, src_x, SRC_MASK, tgt_x, MASK).tgt_hs
+  assert not np.allclose(a[0], b[0], atol=1e-6)        # source row 0 has real tokens
+  np.testing.assert_allclose(a[2], b[2], atol=1e-6)    # the empty source: initial = 0

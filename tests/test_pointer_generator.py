@@ -282,3 +282,60 @@ def test_build_model_and_init():
   assert params["reduce"]["component_1"]["kernel"].shape == (2 * H, H)
   # w_c starts at 0: switching coverage on does not change the model.
   np.testing.assert_array_equal(params["decoder"]["attn_coverage"], 0.0)
+
+
+def test_decoder_step_carries_context_and_reads_it_in_p_gen():
+  """h*_t is carried to the next step's input merge, p_gen = sigmoid(w [h*_t, s_t, x_t] + b)
+  with x_t the MERGED input, state_norm = ||h_t|| (LSTM: the carry's h, not [c, h])."""
+  batch = make_batch()
+  model, params, _ = setup()
+  variables = {"params": params}
+  state = jax.jit(functools.partial(model.apply, method=model.encode))(variables, batch)
+  step = jax.jit(functools.partial(model.apply, method=model.decode_step))
+  d = jax.tree.map(np.asarray, params["decoder"])
+  emb_table = np.asarray(params["embed"]["embedding"])
+  for t in range(2):
+    tokens = batch["dec_inputs"][:, t]
+    out, new = step(variables, tokens, state)
+    out, new = jax.tree.map(np.asarray, (out, new))
+    np.testing.assert_allclose(
+        new["context"], np.einsum("bs,bsd->bd", out["attention"], state["enc_outputs"]),
+        atol=1e-5)
+    emb = emb_table[np.where(tokens >= V, UNK, tokens)]
+    x = (np.concatenate([emb, np.asarray(state["context"])], -1) @ d["input_merge"]["kernel"]
+         + d["input_merge"]["bias"])
+    s = np.concatenate(pg.vector_leaves(new["carry"]), -1)
+    logit = (np.concatenate([new["context"], s, x], -1) @ d["pointer"]["kernel"][:, 0]
+             + d["pointer"]["bias"][0])
+    np.testing.assert_allclose(out["p_gen"][:3], 1 / (1 + np.exp(-logit[:3])), atol=1e-5)
+    np.testing.assert_allclose(out["state_norm"], np.linalg.norm(new["carry"][1], axis=-1),
+                               rtol=1e-5)
+    state = new
+
+
+def test_initial_decoder_state_reads_both_encoder_directions():
+  batch = make_batch()
+  model, params, _ = setup()
+  encode = jax.jit(functools.partial(model.apply, method=model.encode))
+  ref = jax.tree.map(np.asarray, encode({"params": params}, batch)["carry"])
+  for name in ("encoder_fw", "encoder_bw"):
+    other = dict(params, **{name: jax.tree.map(lambda a: 1.5 * a, params[name])})
+    carry = jax.tree.map(np.asarray, encode({"params": other}, batch)["carry"])
+    for k in range(2):   # c and h of the LSTM decoder
+      assert not np.allclose(carry[k][:3], ref[k][:3], atol=1e-6), (name, k)
+
+
+def test_encoder_outputs_are_aligned_with_source_positions():
+  """h_i = [fw_i, bw_i]: the backward half at an article's last real token has read only
+  that token, the forward half at position 0 only the first one."""
+  batch = make_batch()
+  model, params, _ = setup()
+  encode = jax.jit(functools.partial(model.apply, method=model.encode))
+  ref = np.asarray(encode({"params": params}, batch)["enc_outputs"])
+  article = batch["article"].copy()
+  article[:, 0] = np.where(article[:, 0] == 9, 10, 9)        # another first token
+  out = np.asarray(encode({"params": params}, dict(batch, article=article))["enc_outputs"])
+  for b, n in enumerate(LENGTHS):
+    if n >= 2:
+      np.testing.assert_allclose(out[b, n - 1, H:], ref[b, n - 1, H:], atol=1e-6)
+      assert not np.allclose(out[b, 0, :H], ref[b, 0, :H], atol=1e-6)

@@ -217,3 +217,16 @@ def test_pretrained_init_and_config_checks():
     tc.check_model_config(_model_config("lstmn_deep", num_layers=2), NAMES)
   with pytest.raises(ValueError, match="did you mean 'lstmn'"):
     models.build_model(_model_config("lstmnn"), vocab_size=V, num_classes=3)
+
+
+def test_each_sentence_of_a_pair_reads_its_own_encoder():
+  """The premise (7 steps) goes through "premise_encoder", the hypothesis (5 steps) through
+  "hypothesis_encoder": the names intra_attention and launch.attention read (encode_pair
+  is the base class's, shared by every family)."""
+  model, batch = _build("lstmn"), _pair()
+  variables = model.init(jax.random.key(0), batch)
+  _, inter = model.apply(variables, batch, capture_intermediates=True,
+                         mutable=["intermediates"])
+  for encoder, steps in (("premise_encoder", 7), ("hypothesis_encoder", 5)):
+    outputs = jax.tree.leaves(inter["intermediates"][encoder]["__call__"])
+    assert outputs and all(np.shape(o)[:2] == (3, steps) for o in outputs), encoder
