@@ -192,3 +192,9 @@ def test_gpu_may_run_reads_jax_platforms_and_the_device_files(tmp_path, monkeypa
   monkeypatch.setattr(determinism, "GPU_DEVICE_FILES", (str(tmp_path / "none"),))
   monkeypatch.setattr(determinism, "GPU_PLUGIN_PREFIXES", ("no-such-distribution",))
   assert not determinism.gpu_may_run({})
+
+
+def test_a_users_false_flag_is_not_reported_as_deterministic():
+  env = {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false --a=1"}
+  assert not determinism.use_deterministic_gpu_ops(env)
+  assert env["XLA_FLAGS"] == "--xla_gpu_deterministic_ops=false --a=1"

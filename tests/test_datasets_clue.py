@@ -356,3 +356,9 @@ def test_shared_clue_counts(tmp_path):
   assert clue.label_string("tnews", tnews["validation"][0]["label"]) == "102"
   assert all(ex["sentence2"] == "" for ex in tnews["train"])
   assert np.all(np.diff([ex["index"] for ex in tnews["train"]]) == 1)
+
+
+def test_test_row_with_empty_label_is_unlabelled():
+  rows = clue.parse_lines(['{"id": 0, "sentence1": "a", "sentence2": "b", "label": ""}'],
+                          "afqmc", "test")
+  assert rows[0]["label"] == clue.NO_LABEL

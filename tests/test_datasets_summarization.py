@@ -455,3 +455,36 @@ def test_stories_malformed_line_names_file_and_line(tmp_path, line, message):
     stories.prepare(manual, str(tmp_path / "tfds"))
   assert str(err.value).startswith(f"{path}, line 4: ")
   assert "\n" not in str(err.value)
+
+
+def test_index_is_the_url_list_position_when_stories_are_missing(tmp_path):
+  manual = _cnndm(tmp_path / "cnndm", skip_stories=[CNN_URLS["train"][0]])
+  builder = cnndm.prepare(manual, str(tmp_path / "tfds"), allow_missing_stories=True)
+  assert [(ex["index"], ex["id"]) for ex in cnndm.read_split(builder, "train")] == [
+      (1, _hash(DM_URLS["train"][0])), (2, _hash(CNN_URLS["train"][1]))]
+
+
+def test_kept_malformed_stories_are_counted_and_said(tmp_path, caplog):
+  manual = _cnndm(tmp_path / "cnndm", texts={CNN_URLS["train"][1]: "@highlight\n\nNo article.\n"})
+  with caplog.at_level(logging.WARNING):
+    keeping = cnndm.prepare(manual, str(tmp_path / "tfds"), malformed_stories="keep")
+  assert keeping.info.metadata["malformed_stories"] == {"train": 1, "validation": 0, "test": 0}
+  assert data_files.said(caplog, "CNN/DailyMail train: kept") == [
+      "CNN/DailyMail train: kept 1 stories with no article text or no highlight "
+      "(malformed_stories='keep')."]
+
+
+def test_parse_story_strips_leading_blanks():
+  assert cnndm.parse_story("  Text\n\n  @highlight\n\n  Summary.") == ("Text .", ["Summary."])
+
+
+def test_source_target_shuffles_per_split():
+  ex = {"index": 7, "story": STORY5, "summary": "Numbers.", "title": "Count"}
+  for split in ("train", "validation", "test"):
+    assert stories.source_target(ex, "sh2s", seed=3, split=split) == (
+        stories.shuffled_paragraphs(STORY5, 3, 7, split), "Numbers.")
+
+
+def test_paragraphs_blank_line_holding_blanks():
+  assert stories.paragraphs("A comet.\n \nIt is bright.\n\t\nEnd.") == [
+      "A comet.", "It is bright.", "End."]

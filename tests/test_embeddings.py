@@ -231,3 +231,12 @@ def test_the_tasks_word_vector_plumbing(tmp_path):
     with pytest.raises(ValueError, match=match) as err:
       embeddings.check_word_vectors({"word_vectors": bad})
     assert "\n" not in str(err.value)
+
+
+def test_target_matches_the_whole_key_path():
+  params = {"embed": {"embedding": np.ones((3, 2), np.float32)},
+            "decoder": {"embedding": np.ones((3, 2), np.float32)}}
+  tx = embeddings.scale_embedding_rows("embed/embedding", np.array([0.0, 1.0, 1.0]), 5)
+  out, _ = tx.update(params, tx.init(params))
+  np.testing.assert_array_equal(out["embed"]["embedding"][0], [0, 0])
+  np.testing.assert_array_equal(out["decoder"]["embedding"], params["decoder"]["embedding"])

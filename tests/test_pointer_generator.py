@@ -339,3 +339,16 @@ def test_encoder_outputs_are_aligned_with_source_positions():
     if n >= 2:
       np.testing.assert_allclose(out[b, n - 1, H:], ref[b, n - 1, H:], atol=1e-6)
       assert not np.allclose(out[b, 0, :H], ref[b, 0, :H], atol=1e-6)
+
+
+def test_coverage_enters_the_attention_through_w_c():
+  """e^t_i = v^T tanh(W_h h_i + W_s s_t + w_c c^t_i + b) (See et al. eq. 11): changing w_c
+  leaves step 0 (c^0 = 0) as it was and moves the attention of the later steps."""
+  batch = make_batch()
+  model, params, apply = setup()
+  out = apply(params, batch)
+  decoder = dict(params["decoder"], attn_coverage=params["decoder"]["attn_coverage"] + 2.0)
+  moved = apply(dict(params, decoder=decoder), batch)
+  rows = real_rows(batch)
+  np.testing.assert_allclose(moved["attention"][:, 0], out["attention"][:, 0], atol=1e-6)
+  assert not np.allclose(moved["attention"][rows, 1:], out["attention"][rows, 1:], atol=1e-4)

@@ -243,4 +243,10 @@ def test_treebank_words():
   assert text.treebank_words("They're at the well-known cafe, paying $3.50!") == [
       "they", "'re", "at", "the", "well-known", "cafe", ",", "paying", "$", "3.50", "!"]
   assert text.treebank_words("I can't", lower=False) == ["I", "ca", "n't"]
+  assert text.treebank_words("I'm sure") == ["i", "'m", "sure"]
   assert text.treebank_words("  ") == []
+
+
+def test_inner_node_label_is_checked():
+  with pytest.raises(sst.SstFormatError, match="dev.txt, line 1: label 7 is not"):
+    sst.parse_lines(["(2 (2 a) (7 b))\n"], "dev.txt")

@@ -65,3 +65,8 @@ def test_repetition_rate():
     repetition_rate("a b c a b c")
   with pytest.raises(ValueError, match="n=0"):
     repetition_rate(["a"], n=0)
+
+
+def test_split_sentences_line_with_trailing_blanks():
+  assert split_sentences("It rained. Then it stopped.  \nLast one. ") == [
+      "It rained.", "Then it stopped.", "Last one."]

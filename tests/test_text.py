@@ -187,3 +187,9 @@ def test_article_without_oovs_and_vocab_without_unk():
   assert vocab.encode_with_oovs(["c", "b"], oovs).tolist() == [3, 2]
   with pytest.raises(ValueError, match="'d' is not in the vocabulary"):
     vocab.encode_with_oovs(["d"], oovs)
+
+
+def test_negative_id_is_outside_the_vocabulary():
+  vocab = Vocabulary.build([["a", "b"]])
+  with pytest.raises(ValueError, match="id -1 is outside"):
+    vocab.to_text([-1])

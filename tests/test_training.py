@@ -262,3 +262,17 @@ def test_batches_at_end_reads_more_of_the_split_at_the_end_than_during_training(
   assert again["eval_loss"] == whole["eval_loss"]
   with pytest.raises(ValueError, match=r"batches_at_end=-1 must be an integer >= 0"):
     training.train_and_evaluate(config(1, -1), str(tmp_path / "bad"), toy_task.TASK)
+
+
+def test_evaluating_a_corrupt_checkpoint_moves_nothing(tmp_path):
+  workdir = str(tmp_path / "run")
+  config = toy_task.default_config()
+  config.update(num_steps=10)
+  training.train_and_evaluate(config, workdir, toy_task.TASK)
+  for root, _, files in os.walk(os.path.join(workdir, "checkpoints", "10", "state")):
+    for name in files:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"garbage")
+  training.evaluate_checkpoint(config, workdir, toy_task.TASK)
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "10"))
+  assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))

@@ -5,6 +5,7 @@ write keeps the old file, nothing is left behind, and two writers of one file (t
 import multiprocessing
 import os
 
+import numpy as np
 import pytest
 
 from rumjax import utils
@@ -93,3 +94,18 @@ def test_unreadable_json_is_a_one_line_error_naming_the_file(tmp_path):
   bad.write_text("[1, 2]")
   with pytest.raises(ValueError, match=r"has no 'task': it is not a training run's"):
     configs.load_workdir_config(str(tmp_path), lambda name: None)
+
+
+def test_rows_per_second_leaves_out_the_first_batch():
+  rows = [({"mask": np.array([1, 1, 0])}, None), ({"mask": np.array([1, 1, 1])}, None),
+          ({"x": np.zeros(4)}, None)]
+  assert utils.rows_per_second(rows, [10.0, 1.0, 1.0]) == {"rows_per_sec": 3.5,
+                                                           "first_batch_sec": 10.0}
+
+
+def test_failed_write_leaves_no_temporary_file(tmp_path):
+  path = tmp_path / "out.json"
+  utils.write_text(str(path), "old")
+  with pytest.raises(TypeError):
+    utils.write_text(str(path), 123)
+  assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
