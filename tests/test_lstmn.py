@@ -470,3 +470,25 @@ def test_shallow_fusion_condition_on_source_reaches_the_decoder():
   b = off.apply(variables, src_x, SRC_MASK, tgt_x, MASK).tgt_hs
   assert not np.allclose(a[0], b[0], atol=1e-6)        # source row 0 has real tokens
   np.testing.assert_allclose(a[2], b[2], atol=1e-6)    # the empty source: initial = 0
+
+
+def test_gradient_in_the_initial_state_matches_autodiff():
+  """The hand-written backward's gradient w.r.t. the initial tape (h_0, c_0; e.g. a shallow
+  fusion decoder started from its encoder) equals autodiff of the scan's own steps (float64;
+  the full comparison with the reference is in -m slow)."""
+  with enable_x64():
+    params = _params(8, dtype=jnp.float64)
+    xs = _normal(9, 3, 4, NX, dtype=jnp.float64)
+    initial = (_normal(10, 3, NH, dtype=jnp.float64), _normal(11, 3, NH, dtype=jnp.float64))
+    wh, wc = _loss_weights(12, (3, 4, NH))
+
+    def loss(initial, impl):
+      hs, cs = rumjax.lstmn_scan(params, xs, mask=MASK[:, :4], initial=initial,
+                                 memory_span=2, impl=impl)
+      return jnp.sum(wh * hs + wc * cs ** 2)
+
+    got = jax.grad(loss)(initial, "fast")
+    want = jax.grad(loss)(initial, "reference")
+    assert all(np.any(np.asarray(g) != 0) for g in got)
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
