@@ -336,3 +336,16 @@ def test_check_model_config():
     with pytest.raises(ValueError, match=match):
       encoders.check_model_config(dict(good, **fields))
   assert set(encoders.ENCODER_MODELS) <= set(models.MODELS.names())
+
+
+@pytest.mark.parametrize("name", ["transformer", "starsaber_pe"])
+def test_positional_encoders_scale_the_embedding_and_add_positions(name):
+  """Vaswani et al. §3.4: the layers read embed(x) * sqrt(d) + PE (dropout off)."""
+  model, batch = _build(name, embed_dim=H), _batch()
+  variables = model.init(jax.random.key(0), batch)
+  _, inter = model.apply(variables, batch, capture_intermediates=True,
+                         mutable=["intermediates"])
+  layers_in = inter["intermediates"]["Dropout_0"]["__call__"][0]   # then the classifier's
+  table = np.asarray(variables["params"]["embed"]["embedding"])
+  want = table[batch["inputs"]] * math.sqrt(H) + np.asarray(sinusoidal_positions(6, H))[None]
+  np.testing.assert_allclose(layers_in, want, rtol=1e-6, atol=1e-6)
