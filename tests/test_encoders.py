@@ -349,3 +349,35 @@ def test_positional_encoders_scale_the_embedding_and_add_positions(name):
   table = np.asarray(variables["params"]["embed"]["embedding"])
   want = table[batch["inputs"]] * math.sqrt(H) + np.asarray(sinusoidal_positions(6, H))[None]
   np.testing.assert_allclose(layers_in, want, rtol=1e-6, atol=1e-6)
+
+
+def test_classifier_reads_the_pooled_sentence_through_dropout():
+  """In training the classifier's input is the pooled sentence vector with dropout (each
+  feature 0 or scaled by 1 / (1 - rate), masks from the key); in evaluation it is the
+  pooled vector itself."""
+  batch = _batch()
+  model = _build("starsaber", dropout_rate=0.5)
+  params = model.init(jax.random.key(0), batch)["params"]
+  mask = np.arange(6)[None] < batch["lengths"][:, None]
+
+  def run(train, key):
+    seen = {}
+    def record(f, args, kwargs, context):
+      out = f(*args, **kwargs)
+      if context.module.name == "encoder":
+        seen["pooled"] = np.asarray(encoders.masked_mean(out, mask))
+      elif context.module.name == "classifier":
+        seen["classifier_in"] = np.asarray(args[0])
+      return out
+    with nn.intercept_methods(record):
+      model.apply({"params": params}, batch, train=train, rngs={"dropout": key})
+    return seen["pooled"], seen["classifier_in"]
+
+  pooled, seen = run(True, jax.random.key(1))
+  dropped = seen == 0
+  assert 0 < dropped.mean() < 1
+  np.testing.assert_allclose(seen[~dropped], 2 * pooled[~dropped], rtol=1e-5, atol=1e-6)
+  _, other = run(True, jax.random.key(2))
+  assert not np.array_equal(dropped, other == 0)
+  pooled, seen = run(False, jax.random.key(1))
+  np.testing.assert_array_equal(seen, pooled)

@@ -3,6 +3,7 @@ resets restore the initial state; the perplexity evaluator's arithmetic."""
 
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,3 +78,49 @@ def test_perplexity_evaluator_arithmetic():
   assert out["valid_nll"] == pytest.approx(1.0)
   assert out["valid_bpc"] == pytest.approx(1.0 / math.log(2))
   assert out["valid_ppl"] == pytest.approx(math.e)
+
+
+def test_reset_rows_start_from_the_initial_state_others_continue():
+  model = lm.LanguageModel(cell=make_cell("gru", 6), vocab_size=V, embed_dim=4)
+  tokens = jax.random.randint(jax.random.key(0), (2, 2 * T), 0, V)
+  variables = model.init(jax.random.key(1), {"inputs": tokens[:, :T]})
+  _, state = model.apply(variables, {"inputs": tokens[:, :T]})
+  second = {"inputs": tokens[:, T:]}
+  carried, _ = model.apply(variables, second, model_state=state)
+  fresh, _ = model.apply(variables, second)
+  got, _ = model.apply(variables, dict(second, reset=np.array([True, False])),
+                       model_state=state)
+  assert not np.allclose(carried[0], fresh[0])      # the carried state matters
+  np.testing.assert_allclose(got[0], fresh[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got[1], carried[1], rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_on_the_core_output_in_training_only():
+  """The head reads the core's outputs through dropout: in training each unit is 0 or
+  scaled by 1 / (1 - rate), with masks from the dropout key; in evaluation unchanged."""
+  model = lm.LanguageModel(cell=make_cell("gru", 6), vocab_size=V, embed_dim=4,
+                           dropout_rate=0.5)
+  batch = {"inputs": jax.random.randint(jax.random.key(0), (B, T), 0, V)}
+  variables = model.init(jax.random.key(1), batch)
+
+  def run(train, key):
+    seen = {}
+    def record(f, args, kwargs, context):
+      out = f(*args, **kwargs)
+      if context.module.name == "rnn":
+        seen["core"] = out[1]
+      elif context.module.name == "head":
+        seen["head_in"] = args[0]
+      return out
+    with nn.intercept_methods(record):
+      model.apply(variables, batch, train=train, rngs={"dropout": key})
+    return np.asarray(seen["core"]), np.asarray(seen["head_in"])
+
+  core, head_in = run(True, jax.random.key(2))
+  dropped = head_in == 0
+  assert 0 < dropped.mean() < 1
+  np.testing.assert_allclose(head_in[~dropped], 2 * core[~dropped], rtol=1e-6)
+  _, other = run(True, jax.random.key(3))
+  assert not np.array_equal(dropped, other == 0)
+  core, head_in = run(False, jax.random.key(2))
+  np.testing.assert_array_equal(head_in, core)

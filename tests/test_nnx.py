@@ -316,3 +316,24 @@ def test_readme_nnx_block_trains_as_written():
   namespace = {"__name__": "readme_nnx_block"}
   exec(compile(code, "README.md NNX block", "exec"), namespace)  # pylint: disable=exec-used
   assert float(namespace["loss"]) < 1.2 < np.log(8)          # it learned to recall
+
+
+@pytest.mark.parametrize("lam", [0, 1])
+def test_rum_zoneout_mixes_with_the_previous_state(lam):
+  """RUM zoneout acts on h_{t-1} from the carry: evaluation gives the expectation
+  rate * h_{t-1} + (1 - rate) * h~_t, training keeps each unit at h_{t-1} or h~_t."""
+  x = _xs(t=1)[:, 0]
+  plain = rumjax.nnx.RUMCell(NX, N, lam=lam, rngs=nnx.Rngs(0))
+  carry = plain.initialize_carry(x.shape, nnx.Rngs(0))
+  h_prev = jax.random.normal(jax.random.key(5), (2, N))
+  carry = (carry[0], h_prev) if lam else h_prev
+  _, h_new = plain(carry, x)
+  make = lambda det: rumjax.nnx.RUMCell(NX, N, lam=lam, zoneout=0.5, deterministic=det,
+                                        rngs=nnx.Rngs(0))
+  _assert_trees_equal(make(True).rum_params(), plain.rum_params())
+  _, h_eval = make(True)(carry, x)
+  np.testing.assert_allclose(h_eval, 0.5 * h_prev + 0.5 * h_new, rtol=1e-5, atol=1e-6)
+  _, h_train = make(False)(carry, x)
+  kept = np.isclose(h_train, h_prev, rtol=1e-6, atol=1e-7)
+  assert 0 < kept.mean() < 1
+  np.testing.assert_allclose(np.where(kept, h_prev, h_new), h_train, rtol=1e-6, atol=1e-7)

@@ -3,6 +3,7 @@ stopping, and (``-m slow``) the question counts of ../shared/data/babi/en-10k.""
 
 import os
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -333,3 +334,44 @@ def test_babi_sizes_cover_every_split_and_the_question():
   assert enc.splits["test"]["question"].shape[1] >= 8
   word = babi.encode(questions, "word")
   assert word.splits["test"]["lengths"].tolist() == [17]   # 3 x "b c ." + 8 question tokens
+
+
+@pytest.mark.usefixtures("float32_matmuls")   # compared with a float64 recomputation
+def test_sentence_attention_reads_only_the_story_sentences():
+  """The attention layer reads [c; h_q]: c attends over the states of the real story
+  sentences only (not the question's step), and is 0 for a story without sentences."""
+  rng = np.random.default_rng(1)
+  story = rng.integers(1, 10, size=(3, 4, 3)).astype(np.int32)
+  lengths = np.array([2, 4, 0], np.int32)
+  story[np.arange(4)[None] >= lengths[:, None]] = 0
+  batch = {"story": story, "story_lengths": lengths,
+           "question": rng.integers(1, 10, size=(3, 3)).astype(np.int32)}
+  model = SentenceQA(cell=make_cell("rum", 6, lam=1), vocab_size=10, num_classes=3,
+                     embed_dim=4, attention=True)
+  variables = jax.jit(model.init)(jax.random.key(0), batch)
+
+  @jax.jit
+  def run(variables, batch):
+    seen = {}
+    def record(f, args, kwargs, context):
+      out = f(*args, **kwargs)
+      if context.module.name == "rnn":
+        seen["hs"] = out
+      elif context.module.name == "attention_dense":
+        seen["attention_in"] = args[0]
+      return out
+    with nn.intercept_methods(record):
+      model.apply(variables, batch)
+    return seen
+
+  seen = run(variables, batch)
+  for b, n in enumerate(lengths):
+    hs = np.asarray(seen["hs"][b], np.float64)
+    h_q = hs[n]
+    context = np.zeros(6)
+    if n:
+      scores = hs[:n] @ h_q
+      p = np.exp(scores - scores.max())
+      context = (p / p.sum()) @ hs[:n]
+    np.testing.assert_allclose(seen["attention_in"][b], np.concatenate([context, h_q]),
+                               rtol=1e-5, atol=1e-6)
