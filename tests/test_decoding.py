@@ -398,3 +398,24 @@ def test_numpy_integer_arguments_decode_as_ints_and_bad_ones_are_one_line_errors
     with pytest.raises(ValueError, match=message):
       decoding.beam_search(model, init, **{**kw, "batch_size": 2, "beam_size": 3,
                                            "max_len": 4, **bad})
+
+
+def test_empty_slots_are_eos_with_score_minus_inf():
+  """Fewer than beam_size hypotheses have a finite probability (<s> 2 eos is the only one):
+  the first slot holds it, the others are empty: all eos, score -inf (not the leftovers of
+  candidates that were ranked at -inf)."""
+  vocab = 4
+
+  def one_path(tokens, state):
+    step = state["step"][:, 0]
+    finite = jnp.where(step == 0, 2, EOS)
+    logits = jnp.where(jnp.arange(vocab)[None] == finite[:, None], 0.0, -jnp.inf)
+    return logits, {"step": state["step"] + 1}
+
+  init = {"step": jnp.zeros((2, 1), jnp.int32)}
+  seqs, scores = decoding.beam_search(one_path, init, batch_size=2, beam_size=3, bos_id=BOS,
+                                      eos_id=EOS, max_len=5)
+  seqs, scores = np.asarray(seqs), np.asarray(scores)
+  np.testing.assert_array_equal(seqs[:, 0], [[2, EOS, EOS, EOS, EOS]] * 2)
+  np.testing.assert_array_equal(scores[:, 0], 0.0)
+  assert np.all(seqs[:, 1:] == EOS) and np.all(scores[:, 1:] == -np.inf)
