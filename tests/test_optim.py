@@ -313,24 +313,17 @@ def test_optim_does_not_import_the_urnn_module():
   assert cells.make_urnn_optimizer in cells.optimizer_wrappers()
 
 
-def _opt_config(**overrides):
-  config = ml_collections.ConfigDict(dict(
-      optimizer="sgd", learning_rate=0.5, rmsprop_decay=0.9, adagrad_init=0.1,
-      grad_clip=None, lr_boundaries=[], lr_values=[]))
-  config.update(overrides)
-  return config
-
-
 def test_grad_clip_clips_the_gradient_not_the_update():
-  tx = optim.make_optimizer(_opt_config(grad_clip=1.0))
+  tx = optim.make_optimizer(_config(optimizer="sgd", learning_rate=0.5, grad_clip=1.0))
   params = {"w": jnp.ones(4)}
   updates, _ = tx.update({"w": jnp.full(4, 100.0)}, tx.init(params), params)
   assert float(optax.tree.norm(updates)) == pytest.approx(0.5, rel=1e-5)
 
 
 def test_report_plateau_follows_the_configured_mode():
-  config = _opt_config(lr_plateau_factor=0.5, lr_plateau_metric="eval_accuracy",
-                       lr_plateau_mode="max", lr_plateau_patience=1)
+  config = _config(optimizer="sgd", learning_rate=0.5, lr_plateau_factor=0.5,
+                   lr_plateau_metric="eval_accuracy", lr_plateau_mode="max",
+                   lr_plateau_patience=1)
   tx = optim.make_optimizer(config)
   opt_state = tx.init({"w": jnp.ones(2)})
   for value in (0.1, 0.2, 0.3):        # rising accuracy: never a plateau
