@@ -258,3 +258,72 @@ def test_load_params_of_a_missing_or_foreign_file_is_a_one_line_error(tmp_path):
     analysis.load_params(str(tmp_path / "notes.txt"))
   np.savez(tmp_path / "p.npz", **{"rnn/cell/b": np.ones(2)})
   assert analysis.load_params(str(tmp_path / "p.npz"))[0] is None
+
+
+class _Sows(nn.Module):
+  """Sows its input as cos_theta, as a RUM does."""
+
+  @nn.compact
+  def __call__(self, x):
+    self.sow("intermediates", "cos_theta", x)
+    return x
+
+
+class _TwoRums(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return _Sows(name="second")(_Sows(name="first")(x))
+
+
+def test_cos_theta_of_a_model_with_several_rums_needs_a_path():
+  x = jnp.arange(6.0).reshape(2, 3)
+  with pytest.raises(ValueError, match=r"several RUMs sowed cos_theta: \['first', 'second'\]; "
+                                       r"pick one with path="):
+    analysis.cos_theta(_TwoRums(), {}, x)
+  np.testing.assert_array_equal(analysis.cos_theta(_TwoRums(), {}, x, path="second"), x)
+  with pytest.raises(ValueError, match=r"no cos_theta sown at 'third'"):
+    analysis.cos_theta(_TwoRums(), {}, x, path="third")
+
+
+def test_cos_recorder_writes_a_step_once_and_matches_the_checkpoint_reader(tmp_path):
+  """CosThetaRecorder appends mean_cos_of_params on the fixed test batch; a step already in
+  cos_theta.jsonl (called again, or a resumed run's new recorder) is not written again."""
+  import types
+  from rumjax.analysis import angles
+  task, config = _small_config("recall", hidden_size=8, length=6, batch_size=4, num_test=4)
+  batch = analysis.fixed_batch(task, config, rows=4)
+  params = task.build_model(config).init(jax.random.key(0), batch)["params"]
+  state = types.SimpleNamespace(params=params)
+  recorder = angles.CosThetaRecorder(task, config, str(tmp_path), rows=4)
+  recorder(0, state)
+  recorder(0, state)
+  angles.CosThetaRecorder(task, config, str(tmp_path), rows=4)(0, state)   # resumed
+  rows = analysis.read_jsonl(str(tmp_path / angles.COS_FILE))
+  assert [r["step"] for r in rows] == [0]
+  np.testing.assert_allclose(rows[0]["cos_mean"],
+                             analysis.mean_cos_of_params(task, config, params, batch), atol=1e-5)
+
+
+def test_metric_over_time_is_linear_from_the_start_of_training():
+  """An evaluation before the first logged rate (step 5, first log at step 10 after 5 s)
+  is placed between step 0 (0 s) and that log: 2.5 s."""
+  records = [{"step": 5, "eval_x": 1.0}, {"step": 10, "steps_per_sec": 2.0},
+             {"step": 10, "eval_x": 0.5}, {"step": 30, "steps_per_sec": 4.0},
+             {"step": 20, "eval_x": 0.25}]
+  seconds, values = analysis.metric_over_time(records, "eval_x")
+  np.testing.assert_allclose(seconds, [2.5, 5.0, 7.5])
+  np.testing.assert_allclose(values, [1.0, 0.5, 0.25])
+
+
+def test_recorded_paths_name_no_machine():
+  from rumjax.analysis import runs
+  assert runs.recorded_path("/work/repo/runs/lead", root="/work/repo") == "runs/lead"
+  assert runs.recorded_path("/tmp/runs/lead/", root="/work/repo") == "lead"
+
+
+def test_cos_histograms_leave_out_steps_without_weight():
+  """A step with no weight (NaN in mean_cos_per_step) is in no bin, not in the bin of 0."""
+  steps, edges, counts = analysis.cos_histograms({3: [np.nan, -0.5, 0.25, 0.75]}, bins=2,
+                                                 value_range=(-1.0, 1.0))
+  assert steps.tolist() == [3] and edges.tolist() == [-1.0, 0.0, 1.0]
+  assert counts.tolist() == [[1, 2]]

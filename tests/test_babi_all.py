@@ -565,3 +565,14 @@ def test_run_cells_each_cell_on_each_sub_task_then_the_comparison(settings, tmp_
   with pytest.raises(ValueError, match="no_such_cell"):   # checked before rum trains
     babi_configs.run_cells(["rum", "no_such_cell"], [5], workdir, settings)
   assert calls == [] and _tree(workdir) == before
+
+
+def test_a_sub_task_passes_at_95_percent():
+  """Weston et al.'s threshold: 95% test accuracy passes (✓), 93% does not; the same for
+  the paper's column (GORU's 91 on sub-task 18 does not pass)."""
+  text = babi_configs.comparison_markdown([_fake_run("goru", {5: (0.95, 3000, 1.0),
+                                                              18: (0.93, 3000, 1.0)})])
+  rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:3] for line in text.splitlines()}
+  assert rows["5 Three Arg. Relations"] == ["95.0 ✓", "87"]
+  assert rows["18 Size Reasoning"] == ["93.0", "91"]
+  assert rows["passed (≥ 95%)"] == ["1/2", "0/2"]

@@ -16,7 +16,8 @@ import pytest
 from rumjax.cells import cell_fields, make_cell, modrelu
 from rumjax.cells.base import RecurrentCell, check_probability, zoneout
 from rumjax.cells.eurnn import eunn_apply, eunn_matrix, eunn_num_angles
-from rumjax.cells.urnn import cayley_step, make_urnn_optimizer, stiefel_labels
+from rumjax.cells.urnn import (cayley_step, make_urnn_optimizer, stiefel_cayley,
+                               stiefel_labels)
 
 # These tests compare implementations or check against float64: true float32 matmuls.
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -185,6 +186,43 @@ def test_cayley_step_is_wisdom_eq():
     new = np.asarray(cayley_step(jnp.asarray(w), jnp.asarray(g), lr))
   np.testing.assert_allclose(new, ref, atol=1e-12)
   np.testing.assert_allclose(new.T @ new, np.eye(5), atol=1e-12)
+
+
+def _cayley_ref(w, g, lr):
+  """Wisdom et al., eq. (10), in float64: ``(I + lr/2 A)^{-1} (I - lr/2 A) W`` with
+  ``A = G W^T - W G^T``."""
+  eye = np.eye(w.shape[0])
+  a = g @ w.T - w @ g.T
+  return np.linalg.inv(eye + lr / 2 * a) @ (eye - lr / 2 * a) @ w
+
+
+def test_cayley_step_on_a_tall_stiefel_matrix():
+  """``W`` <n, p>, n > p, with orthonormal columns (cayley_step's docstring): eq. (10) with
+  the n x n ``A``; the columns stay orthonormal (float64)."""
+  rng = np.random.default_rng(17)
+  w = np.linalg.qr(rng.normal(size=(6, 3)))[0]
+  g = rng.normal(size=(6, 3))
+  with jax.enable_x64(True):
+    new = np.asarray(cayley_step(jnp.asarray(w), jnp.asarray(g), 0.3))
+  np.testing.assert_allclose(new, _cayley_ref(w, g, 0.3), atol=1e-12)
+  np.testing.assert_allclose(new.T @ new, np.eye(3), atol=1e-12)
+
+
+def test_stiefel_cayley_follows_its_schedule():
+  """``stiefel_cayley(schedule)``: update ``k`` is the Cayley step at ``schedule(k)``
+  (eq. (10) in float64; float32 tolerance)."""
+  rng = np.random.default_rng(18)
+  w = np.linalg.qr(rng.normal(size=(5, 5)))[0]
+  g = rng.normal(size=(5, 5))
+  schedule = lambda count: 0.1 * (count + 1)
+  tx = stiefel_cayley(schedule)
+  params = jnp.asarray(w, jnp.float32)
+  state = tx.init(params)
+  for k in range(3):
+    updates, state = tx.update(jnp.asarray(g, jnp.float32), state, params)
+    params = optax.apply_updates(params, updates)
+    w = _cayley_ref(w, g, 0.1 * (k + 1))
+    np.testing.assert_allclose(params, w, atol=2e-5)
 
 
 def test_urnn_stays_orthogonal_under_the_cayley_optimizer():
@@ -369,6 +407,36 @@ def test_parameter_counts_at_the_recall_configuration(capsys):
       print(f"  {key:11s} cell {count:6d}   with output {count + output:6d}")
 
 
+# ------------------------------------------------------------ initial parameter values
+
+
+def _init(name, n, nx=NX):
+  """The parameters ``make_cell(name, n)`` initialises (key 0), as NumPy."""
+  cell = make_cell(name, n)
+  x = jnp.zeros((1, nx))
+  carry = cell.initialize_carry(jax.random.key(1), x.shape)
+  return jax.tree.map(np.asarray, jax.jit(cell.init)(jax.random.key(0), carry, x)["params"])
+
+
+def test_default_initial_parameters_are_the_documented_ones():
+  """LN-LSTM: orthogonal kernels (rows orthonormal, ``K K^T = I``); FW-LN: ``W = 0.05 I``
+  (Ba et al., 2016); GORU: ``[b_r | b_z] = [2 | 0]``, modReLU ``b_h = 2``, kernels in
+  U(-0.01, 0.01) (``goru_bias_init``); EURNN and GORU angles in U[-pi, pi)."""
+  n = 16
+  p = _init("lnlstm", n)
+  for k in (p["kernel_x"], p["kernel_h"]):
+    np.testing.assert_allclose(k @ k.T, np.eye(k.shape[0]), atol=1e-5)
+  np.testing.assert_array_equal(_init("fwln", n)["kernel_h"], 0.05 * np.eye(n, dtype=np.float32))
+  p = _init("goru", n)
+  np.testing.assert_array_equal(p["bias"], np.r_[np.full(n, 2.0), np.zeros(n)])
+  np.testing.assert_array_equal(p["mod_bias"], np.full(n, 2.0))
+  for k in (p["kernel_x"], p["kernel_h"]):
+    assert 0.009 < np.abs(k).max() <= 0.01
+  for name in ("eurnn", "goru"):
+    thetas = _init(name, 64)["thetas"]
+    assert -np.pi <= thetas.min() < -2.5 and 2.5 < thetas.max() < np.pi
+
+
 # ------------------------------------- the shared base (carry, dtype promotion, zoneout)
 
 
@@ -422,3 +490,15 @@ def test_zoneout_helper():
   assert np.all(kept | updated) and abs(kept.mean() - 0.3) < 0.05
   with pytest.raises(ValueError, match="zoneout_c=1.0 must be a probability"):
     check_probability("zoneout_c", 1.0)
+
+
+def test_carry_init_draws_the_initial_state():
+  """``carry_init`` draws ``h_0`` (base.py: ``h_0 = carry_init(rng, (*batch, N))``); the
+  LN-LSTM draws ``c_0`` and ``h_0`` from two keys (as Flax's ``LSTMCell``), not equal."""
+  init = nn.initializers.normal(1.0)
+  for name in CELLS:
+    carry = make_cell(name, 6, carry_init=init).initialize_carry(jax.random.key(0), (B, NX))
+    h = carry[-1] if isinstance(carry, tuple) else carry
+    assert h.shape == (B, 6) and np.all(np.asarray(h) != 0), name
+  c, h = make_cell("lnlstm", 6, carry_init=init).initialize_carry(jax.random.key(0), (B, NX))
+  assert np.all(np.asarray(c) != np.asarray(h))

@@ -336,6 +336,19 @@ def test_fast_slow_in_a_model_via_run_recurrence():
   assert cos.shape == (B, T)
 
 
+def test_stacked_in_a_model_via_run_recurrence():
+  """A model holding the stack as a field: ``run_recurrence`` clones the bound stack with
+  its mode unchanged, and ``prepare_cells`` re-clones the bound sub-cells (Flax adopts a
+  module once): the outputs are the reference loop's, evaluation mode."""
+  xs = xs_and_key()
+  model = TinyModel(StackedCells((fast(), fast())))
+  variables = model.init(jax.random.key(1), xs)
+  params = variables["params"]["rnn"]["cell"]
+  carry0 = model.cell.initialize_carry(jax.random.key(0), xs[:, 0].shape)
+  want = stacked_reference((fast(), fast()), params, carry0, xs)[1]
+  close(model.apply(variables, xs), want)
+
+
 # ------------------------------------------------------------------------ builders
 
 
@@ -365,6 +378,16 @@ def test_fast_slow_from_config():
   assert defaults.num_fast == 2 and isinstance(defaults.slow_cell, RUMCell)
 
 
+def test_fast_slow_from_config_none_is_the_cells_default():
+  """A ``fast_<option>`` / ``slow_<option>`` given as None leaves the cell's default
+  (``role_options``), as an absent one does."""
+  cell = fast_slow_from_config(dict(fast_size=NF, slow_size=NS, fast_forget_bias=None,
+                                    fast_zoneout=None, slow_zoneout=None, slow_eta=None))
+  assert all((f.forget_bias, f.zoneout, f.zoneout_c) == (1.0, 0.0, 0.0)
+             for f in cell.fast_cells)
+  assert (cell.slow_cell.zoneout, cell.slow_cell.eta) == (0.0, None)
+
+
 def test_stacked_from_config():
   c = ml_collections.ConfigDict(dict(cell="rum", hidden_size=1500, num_layers=2, lam=0,
                                      eta=0.3, zoneout=0.1, dropout_rate=0.35))
@@ -377,3 +400,9 @@ def test_stacked_from_config():
     stacked_from_config(dict(cell="rum", hidden_size=[4, 3], num_layers=3))
   with pytest.raises(ValueError, match="cell"):
     stacked_from_config(dict(hidden_size=4))
+
+
+def test_stacked_from_config_defaults_to_two_layers():
+  """``num_layers`` unset with an int ``hidden_size``: the depth is 2 (its docstring)."""
+  cell = stacked_from_config(dict(cell="rum", hidden_size=4))
+  assert [c.features for c in cell.cells] == [4, 4]

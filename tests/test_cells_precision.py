@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from rumjax.cells import (FastSlowCell, StackedCells, cell_from_config, cell_names,
-                          fast_slow_from_config, make_cell, stacked_from_config)
-from rumjax.cells.base import precise, resolve_dtype
-from rumjax.cells.eurnn import eunn_layout, eunn_matrix, eunn_num_angles
+                          fast_slow_from_config, get_cell_class, make_cell,
+                          stacked_from_config)
+from rumjax.cells.base import precise, precise_state, resolve_dtype
+from rumjax.cells.eurnn import eunn_apply, eunn_layout, eunn_matrix, eunn_num_angles
 from rumjax.cells.urnn import cayley_step
 
 B, T, NX, N = 2, 8, 3, 6
@@ -114,6 +115,32 @@ def test_resolve_dtype_names_and_errors():
     make_cell("lnlstm", N, param_dtype=int)
 
 
+COMPARISON = ("eurnn", "goru", "urnn", "fwln", "lnlstm")   # the cells of base.py
+
+
+@pytest.mark.parametrize("name", ["urnn", "lnlstm"])
+def test_dtype_none_promotes_the_carry_too(name):
+  """``dtype=None``: the computation dtype is the promotion of the inputs, the first kernel
+  and the carry (base.py, Flax's rule). bfloat16 inputs and parameters with a float32
+  carry compute and output float32; with a bfloat16 carry, bfloat16."""
+  cell = get_cell_class(name)(N, param_dtype=jnp.bfloat16)   # (make_cell asks for dtype)
+  x = _xs(7)[:, 0].astype(jnp.bfloat16)
+  carry32 = make_cell(name, N).initialize_carry(jax.random.key(0), x.shape)
+  variables = jax.jit(cell.init)(jax.random.key(0), carry32, x)
+  carry16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), carry32)
+  step = jax.jit(cell.apply)
+  assert step(variables, carry32, x)[1].dtype == jnp.float32
+  assert step(variables, carry16, x)[1].dtype == jnp.bfloat16
+
+
+def test_precise_state_never_lowers_the_state():
+  """``precise_state``: the carried state in ``precise(dtype)``, never below its own dtype
+  (a float64 carry under a float32 computation stays float64)."""
+  assert precise_state(jnp.ones(3, jnp.bfloat16), jnp.bfloat16).dtype == jnp.float32
+  with jax.enable_x64(True):
+    assert precise_state(jnp.ones(3, jnp.float64), jnp.float32).dtype == jnp.float64
+
+
 # --------------------------------------------- the unitary path: norm drift over T
 
 
@@ -188,6 +215,20 @@ def test_eunn_matrix_orthogonal_for_bfloat16_angles():
   assert np.max(np.abs(naive.T @ naive - eye)) > 1e-3
 
 
+def test_eunn_apply_of_bfloat16_is_the_float32_computation_rounded_once():
+  """``eunn_apply`` of bfloat16 angles and state computes cos, sin and every layer in
+  float32 (``precise``) and rounds the result to ``h``'s dtype once: the float32
+  computation of the same values, rounded to bfloat16 (bit for bit)."""
+  thetas = jax.random.uniform(jax.random.key(7), (eunn_num_angles(DRIFT_N, 8),),
+                              jnp.float32, -np.pi, np.pi).astype(jnp.bfloat16)
+  h = _unit_rows((4, DRIFT_N), jnp.bfloat16)
+  got = eunn_apply(thetas, h, capacity=8)
+  assert got.dtype == jnp.bfloat16
+  assert eunn_apply(thetas.astype(jnp.float32), h, capacity=8).dtype == jnp.bfloat16
+  want = eunn_apply(thetas.astype(jnp.float32), h.astype(jnp.float32), capacity=8)
+  np.testing.assert_array_equal(np.float32(got), np.float32(want.astype(jnp.bfloat16)))
+
+
 def test_cayley_step_stays_orthogonal_with_bfloat16_gradients():
   """100 Stiefel steps from bfloat16 gradients (a bfloat16 model's) keep ``W`` orthogonal
   to float32 accuracy; the same steps computed in bfloat16 leave the manifold."""
@@ -210,6 +251,17 @@ def test_cayley_step_stays_orthogonal_with_bfloat16_gradients():
   w_naive = jax.lax.fori_loop(0, 100, lambda k, w: naive(w, grads[k]),
                               w0.astype(jnp.bfloat16))
   assert err(w_naive.astype(jnp.float32)) > 1e-3
+
+
+def test_cayley_step_of_a_bfloat16_matrix_computes_in_float32():
+  """``cayley_step`` of a bfloat16 ``W`` (and gradient) computes in at least float32 and
+  rounds ``W_new`` to bfloat16 once: the float32 step of the same values, rounded."""
+  w = nn.initializers.orthogonal()(jax.random.key(8), (8, 8)).astype(jnp.bfloat16)
+  g = jax.random.normal(jax.random.key(9), (8, 8)).astype(jnp.bfloat16)
+  got = cayley_step(w, g, 0.1)
+  assert got.dtype == jnp.bfloat16
+  want = cayley_step(w.astype(jnp.float32), g.astype(jnp.float32), 0.1).astype(jnp.bfloat16)
+  np.testing.assert_array_equal(np.float32(got), np.float32(want))
 
 
 # ----------------------------------------------------------------- the lowered HLO
@@ -286,6 +338,23 @@ def test_hlo_cayley_step_dots_highest():
   assert len(dots) == 3 and all(d == ("HIGHEST", "f32", "f32") for d in dots)
 
 
+@pytest.mark.parametrize("name", COMPARISON)
+def test_hlo_precision_highest_reaches_every_dot(name):
+  """``precision="highest"`` reaches every dot of the step and of its gradient: the input
+  and gate matmuls (base.py's ``matmul``) as well as the unitary ones. Lowering only."""
+  cell = make_cell(name, N, precision="highest")
+  x = _xs(6)[:, 0]
+  carry = cell.initialize_carry(jax.random.key(0), x.shape)
+  variables = cell.init(jax.random.key(0), carry, x)
+
+  def loss(v, carry):
+    new_carry, y = cell.apply(v, carry, x)
+    return jnp.sum(y ** 2) + sum(jnp.sum(c ** 2) for c in jax.tree.leaves(new_carry))
+
+  dots = dot_generals(jax.jit(jax.grad(loss, argnums=(0, 1))).lower(variables, carry).as_text())
+  assert dots and {d[0] for d in dots} == {"HIGHEST"}, dots
+
+
 @pytest.mark.parametrize("name", ["lnlstm", "fwln"])
 def test_layer_norm_statistics_float32(name):
   """Flax's ``nn.LayerNorm(dtype=bfloat16)`` reduces in float32: every sum of a
@@ -340,6 +409,25 @@ def test_fast_slow_from_config_passes_the_policy():
   assert cell.fast_cells[0].dtype == jnp.bfloat16 and cell.slow_cell.dtype == jnp.float32
   with pytest.raises(ValueError, match="dtype='fp8' is not a known dtype name"):
     fast_slow_from_config(dict(fast_size=N, slow_cell="goru", slow_size=4, dtype="fp8"))
+
+
+def test_composite_policy_fields_reach_the_sub_cells_and_roles_override():
+  """``precision`` and ``param_dtype`` of a composite override every sub-cell's
+  (``prepare_cells``); in ``fast_slow_from_config`` a role's own ``slow_dtype`` /
+  ``fast_precision`` overrides the shared field. Construction only."""
+  highest = jax.lax.Precision.HIGHEST
+  for cell in (StackedCells((make_cell("fwln", N), make_cell("urnn", N)), precision="highest",
+                            param_dtype="bfloat16"),
+               FastSlowCell((make_cell("lnlstm", N),) * 2, make_cell("goru", 4),
+                            precision="highest", param_dtype="bfloat16")):
+    assert all(c.precision == highest and c.param_dtype == jnp.bfloat16
+               for c in _sub_cells(cell))
+  cell = fast_slow_from_config(dict(fast_size=N, slow_cell="urnn", slow_size=4,
+                                    dtype="bfloat16", slow_dtype="float32", precision="high",
+                                    fast_precision="highest"))
+  assert [c.dtype for c in _sub_cells(cell)] == [jnp.bfloat16, jnp.bfloat16, jnp.float32]
+  assert [c.precision for c in _sub_cells(cell)] == [highest, highest,
+                                                     jax.lax.Precision.HIGH]
 
 
 @pytest.mark.parametrize("composite", ["stacked", pytest.param("fast_slow",

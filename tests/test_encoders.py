@@ -65,6 +65,29 @@ def test_sinusoidal_positions_match_the_formula():
   np.testing.assert_array_equal(sinusoidal_positions(1, 4), [[0, 1, 0, 1]])
 
 
+def test_sinusoidal_positions_are_float32_under_x64():
+  """``PE`` is <float32> (the docstring) also when float64 is enabled."""
+  with jax.enable_x64(True):
+    assert sinusoidal_positions(3, 4).dtype == jnp.float32
+
+
+@pytest.mark.usefixtures("float32_matmuls")
+def test_hidden_dense_multiplies_in_its_dtype():
+  """``rumjax.layers.dense.Dense(dtype=bfloat16)``: the product of the bfloat16 inputs and
+  kernel (bfloat16), the float32 bias added in float32, rounded to bfloat16 once."""
+  from rumjax.layers.dense import Dense   # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(29)
+  x = jnp.asarray(rng.normal(size=(6, 16)), jnp.float32)
+  dense = Dense(5, dtype=jnp.bfloat16)
+  params = dict(dense.init(jax.random.key(0), x)["params"],
+                bias=jnp.asarray(rng.normal(size=5), jnp.float32))
+  got = dense.apply({"params": params}, x)
+  assert got.dtype == jnp.bfloat16
+  product = x.astype(jnp.bfloat16) @ params["kernel"].astype(jnp.bfloat16)
+  want = (product.astype(jnp.float32) + params["bias"]).astype(jnp.bfloat16)
+  np.testing.assert_array_equal(np.float32(got), np.float32(want))
+
+
 # ---------------------------------------------------------------- every model
 
 

@@ -299,3 +299,36 @@ def test_launch_keeps_existing_figures_and_the_runs(workdirs, tmp_path):
   assert not os.path.exists(inside)
   _run([*base, f"--out_dir={out}", "--overwrite"])
   assert json.loads((out / "landscape.json").read_text())["settings"]["points"] == 3
+
+
+def test_line_and_plane_of_a_known_function():
+  """losses_at moves the centre by coeffs . directions; the plane's [i, j] lies at
+  (alphas[i], betas[j]) (a grid that is not square), for any batch size."""
+  params = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(0.5)}
+  d1 = {"w": jnp.array([1.0, 0.0]), "b": jnp.array(0.0)}
+  d2 = {"w": jnp.array([0.0, 1.0]), "b": jnp.array(1.0)}
+
+  def loss_fn(p):
+    return p["w"][0] ** 2 + 3 * p["w"][1] + p["b"]
+
+  def want(a, b):
+    return (1 + a) ** 2 + 3 * (2 + b) + 0.5 + b
+
+  alphas, betas = np.array([-1.0, 0.0, 0.5, 2.0]), np.array([-2.0, 1.0, 3.0])
+  line = landscape.loss_along_line(loss_fn, params, d1, alphas)
+  np.testing.assert_allclose(line, [want(a, 0.0) for a in alphas], rtol=1e-6)
+  for batch_size in (None, 2):
+    plane = landscape.loss_on_plane(loss_fn, params, d1, d2, alphas, betas,
+                                    batch_size=batch_size)
+    np.testing.assert_allclose(plane, [[want(a, b) for b in betas] for a in alphas],
+                               rtol=1e-6)
+
+
+def test_the_plane_spans_two_directions(workdirs):
+  """landscape_of_run draws d1 and d2 from two keys: the plane is no line in disguise
+  (with d2 = d1 it would be symmetric, L(a, b) = L(b, a)); beta = 0 is the line."""
+  r = landscape.landscape_of_run(workdirs["rum"], tasks.get_task, points=3, grid=3)
+  plane = np.asarray(r["plane"])
+  np.testing.assert_allclose(plane[:, 1], r["line"], rtol=1e-5)
+  np.testing.assert_allclose(r["line"][1], r["loss_at_params"], rtol=1e-5)
+  assert abs(plane[0, 2] - plane[2, 0]) > 1e-4 * abs(plane[0, 2])

@@ -208,3 +208,43 @@ def test_span_one_is_an_lstm_on_the_previous_state(corpus):
   c.model.memory_span = -1
   with pytest.raises(ValueError, match="memory_span"):
     ptb.validate_config(c)
+
+
+def test_profile_resets_the_rows_that_start_a_stream_and_sentences_read_the_last_context(
+    corpus):
+  """profile: a row whose window has ``reset`` reads it from zeros (as from a stream's
+  start), the others from the carry; the means are over the windows read (at most
+  ``max_windows``). ``sentence_attention`` reads the last ``max_context_windows`` windows
+  of the context before the sentence."""
+  c = _lstmn_config(corpus)
+  batch = next(ptb.train_data(c))
+  params = ptb.build_model(c).init(jax.random.key(1), batch, model_state=ptb.initial_model_state(
+      c, c.batch_size))["params"]
+  rng, vocab = np.random.default_rng(0), params["embed"]["embedding"].shape[0]
+  first, second = rng.integers(0, vocab, (2, 4, 6)).astype(np.int32)
+  reset = np.array([True, False, True, False])
+  out = lm_attention.profile(params, [{"inputs": first, "reset": np.ones(4, bool)},
+                                      {"inputs": second, "reset": reset}])
+  w1, carry = lm_attention.window_attention(params, first)
+  from_carry, _ = lm_attention.window_attention(params, second, carry)
+  from_zeros, _ = lm_attention.window_attention(params, second)
+  for layer, a, b, z in zip(out, w1, from_carry, from_zeros):
+    w2 = np.where(reset[:, None, None], z, b)
+    (at1, _, n1), (at2, _, n2) = (lm_attention.distance_weights(w) for w in (a, w2))
+    mean = (at1 + at2) / np.maximum(n1 + n2, 1)      # distance 6 (= T) is never seen
+    np.testing.assert_allclose(layer["carried"], mean[0], rtol=1e-5)
+    np.testing.assert_allclose(layer["at_distance"], mean[1:6], rtol=1e-5)
+  for layer, a in zip(lm_attention.profile(params, [{"inputs": first}, {"inputs": second}],
+                                           max_windows=1), w1):
+    at, _, n = lm_attention.distance_weights(a)
+    assert layer["windows"] == 1
+    np.testing.assert_allclose(layer["at_distance"], at[1:6] / n[1:6], rtol=1e-5)
+  context = rng.integers(0, vocab, 14).astype(np.int32)   # 3 windows of 4, and 2 tokens
+  sentence = rng.integers(0, vocab, 5).astype(np.int32)
+  got = lm_attention.sentence_attention(params, context, sentence, seq_len=4,
+                                        max_context_windows=2)
+  _, carry = lm_attention.window_attention(params, context[None, 6:10])
+  _, carry = lm_attention.window_attention(params, context[None, 10:14], carry)
+  want, _ = lm_attention.window_attention(params, sentence[None], carry)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w[0], rtol=1e-5, atol=1e-7)

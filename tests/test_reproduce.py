@@ -4,8 +4,10 @@ models each, in-process (the code path of the CLI); resuming, the wall-clock bud
 plots from checkpoints, and the command lines."""
 
 import dataclasses
+import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -1001,3 +1003,286 @@ def test_fine_tuning_keeps_the_budget_cut_pretraining_it_started_from(tmp_path, 
   assert second["status"] == "ok" and second["steps"] == 6
   assert second["pretrain"] == first["pretrain"]
   assert _lines(str(pre_dir / "metrics.jsonl")) == before
+
+
+# ------------------------------------------------- the runner's decisions, without training
+
+
+def _fake_run_model(calls, statuses):
+  """A stand-in for experiments.run_model that trains nothing: it records (folder, steps,
+  init_from, TimeBudget seconds) and writes a result.json of ``statuses[folder name]``."""
+  def run_model(config, workdir, task, *, hooks=(), info=None, invocation=None):
+    del task, invocation
+    name = os.path.basename(workdir)
+    calls.append((name, config.num_steps, config.get("init_from"),
+                  [h.seconds for h in hooks if isinstance(h, training.TimeBudget)]))
+    record = {**(info or {}), "config": experiments._json_config(config), "num_params": 1,
+              "steps": config.num_steps, "target_steps": config.num_steps,
+              "status": statuses[name], "error": None, "metrics": {"eval_loss": 1.0},
+              "wall_sec_total": 1.0, "cpu_sec_total": 1.0, "invocations": [{"wall_sec": 1.0}]}
+    utils.write_json(os.path.join(workdir, experiments.RESULT_FILE), record)
+    return record
+  return run_model
+
+
+def test_pretraining_then_the_model_from_it_with_the_budget_in_minutes(tmp_path, monkeypatch):
+  """Each phase gets --budget_minutes x 60 s and its own steps; the model starts from its
+  pretraining (init_from) and its record keeps the pretraining's summary. A pretraining cut
+  by the budget is fine-tuned from and, once the fine-tuning started, not resumed; a
+  fine-tuning cut by the budget is resumed (it is not finished)."""
+  calls = []
+  monkeypatch.setattr(experiments, "run_model",
+                      _fake_run_model(calls, {"pretrain": "budget", "gru": "budget"}))
+  exp = experiments.Experiment(
+      name="pre", task=recall_configs.recall_task.TASK, variant="T30",
+      models={"gru": ("GRU", {"model.cell": "gru"})}, tiny=recall_configs.TINY,
+      pretraining=experiments.Pretraining("T30", {"gru": {}}))
+  options = dict(tiny=True, steps=6, pretrain_steps=4, eval_every=3, log_every=1)
+  model_dir = str(tmp_path / "pre" / "gru")
+  pre_dir = os.path.join(model_dir, experiments.PRETRAIN_DIR)
+  summary = experiments.run_experiment(exp, str(tmp_path), options=experiments.Options(
+      budget_minutes=2.5, **options), log=lambda _: None)
+  assert calls == [("pretrain", 4, "", [150.0]), ("gru", 6, pre_dir, [150.0])]
+  record = summary["models"]["gru"]
+  assert record["pretrain"] == experiments.pretrain_summary(utils.read_json(
+      os.path.join(pre_dir, experiments.RESULT_FILE)))
+  assert record["pretrain"]["metrics"] == {"eval_loss": 1.0}
+  assert record["pretrain"]["status"] == "budget" and record["pretrain"]["steps"] == 4
+  experiments.run_experiment(exp, str(tmp_path), options=experiments.Options(**options),
+                             log=lambda _: None)
+  assert calls[2:] == [("gru", 6, pre_dir, [])]
+
+
+def test_a_preempted_run_stops_the_experiment_and_other_seeds_are_refused(tmp_path,
+                                                                          monkeypatch):
+  """After a preempted model nothing else trains; a single-run folder of another seed, or a
+  model with seed folders run with one seed, is refused before anything trains."""
+  calls = []
+  monkeypatch.setattr(experiments, "run_model",
+                      _fake_run_model(calls, {"gru": "preempted", "lstm": "ok"}))
+  exp, root = dataclasses.replace(EXPERIMENTS["recall_T30"], plot=None), str(tmp_path)
+  options = experiments.Options(tiny=True, steps=2, eval_every=2, log_every=1)
+  summary = experiments.run_experiment(exp, root, ["gru", "lstm"], options, log=lambda _: None)
+  assert [c[0] for c in calls] == ["gru"] and list(summary["models"]) == ["gru"]
+  exp_dir = os.path.join(root, "recall_T30")
+  utils.write_json(os.path.join(exp_dir, "lstm", "config.json"), {"seed": 5})
+  with pytest.raises(training.WorkdirError, match=r"holds a run of seed 5, not 6: .*"
+                                                  r"--seeds=5,6"):
+    experiments.run_experiment(exp, root, ["lstm"], dataclasses.replace(options, seed=6),
+                               log=lambda _: None)
+  utils.write_json(os.path.join(exp_dir, "goru", "seed1", experiments.RESULT_FILE), {})
+  with pytest.raises(training.WorkdirError, match=r"holds the runs of seeds 1 .*--seeds=1 "):
+    experiments.run_experiment(exp, root, ["goru"], dataclasses.replace(options, seed=1),
+                               log=lambda _: None)
+  assert [c[0] for c in calls] == ["gru"]
+
+
+def test_run_model_records_a_finished_run_called_again(tmp_path, monkeypatch):
+  """The loop found the run complete (stop reason "finished"): status ok, the config the
+  steps were trained with kept, the invocations appended; best_* are the hooks' entries,
+  not metrics."""
+  config = experiments.model_config(EXPERIMENTS["recall_T30"], "gru", experiments.Options(
+      tiny=True, steps=3, eval_every=1))
+  previous = {"config": {"eval_every": 1, "num_steps": 3}, "invocations": [
+      {"steps_from": 0, "steps_to": 3, "wall_sec": 2.0, "cpu_sec": 1.0}]}
+  utils.write_json(str(tmp_path / experiments.RESULT_FILE), previous)
+
+  def finished_run(config, workdir, task, hooks):
+    for hook in hooks:
+      if hasattr(hook, "begin"):
+        hook.begin(3, None, None)
+    return {"step": 3, "stop_reason": "finished", "preempted": False, "params": None,
+            "eval_accuracy": 0.5, "best_step": 2, "best_eval_accuracy": 0.6}
+
+  monkeypatch.setattr(training, "train_and_evaluate", finished_run)
+  monkeypatch.setattr(training, "count_model_params", lambda task, config: 7)
+  config.eval_every = 2
+  record = experiments.run_model(config, str(tmp_path), recall_configs.recall_task.TASK)
+  assert (record["status"], record["steps"], record["num_params"]) == ("ok", 3, 7)
+  assert record["config"] == previous["config"]
+  assert record["metrics"] == {"eval_accuracy": 0.5}
+  assert (record["best_step"], record["best_eval_accuracy"]) == (2, 0.6)
+  assert [i["steps_from"] for i in record["invocations"]] == [0, 3]
+
+
+def test_at_best_is_the_final_evaluators_on_the_best_checkpoint(tmp_path, monkeypatch):
+  """final_at_best runs the final-only evaluators (every 0, at_end) on <workdir>/best; the
+  at_best column prefers those (whole splits) to the periodic evaluation's best_metrics."""
+  import ml_collections
+  config = ml_collections.ConfigDict({"early_stopping_metric": "eval_accuracy", "evals": {
+      "eval": {"every": 5}, "test": {"every": 0}, "silent": {"every": 0, "at_end": False}}})
+  (tmp_path / "best").mkdir()
+  seen = []
+
+  def evaluate(config, workdir, task, names):
+    seen.append((workdir, names))
+    return {"step": 4, "test_accuracy": 0.75, "best_step": 4}
+
+  monkeypatch.setattr(training, "evaluate_checkpoint", evaluate)
+  assert experiments.final_at_best(config, str(tmp_path), None) == {"test_accuracy": 0.75}
+  assert seen == [(str(tmp_path / "best"), ["test"])]
+  record = {"at_best_metrics": {"test_accuracy": 0.75},
+            "best_metrics": {"test_accuracy": 0.5, "eval_accuracy": 0.8}}
+  assert experiments.at_best("test_accuracy", 100.0)(record) == 75.0
+  assert experiments.at_best("eval_accuracy", 100.0)(record) == 80.0
+
+
+PAPERS = os.path.join(REPO, "..", "shared", "papers")
+
+
+def _paper_lines(prefix):
+  found = glob.glob(os.path.join(PAPERS, f"{prefix}_*.txt"))
+  if not found:
+    pytest.skip("the papers' text (../shared/papers) is absent")
+  with open(found[0], encoding="utf-8") as f:
+    return f.read().splitlines()
+
+
+def _rows(lines, names):
+  """``{name: [the tab-separated cells after it]}`` of the table rows that hold ``name``
+  as a cell (the first such row)."""
+  out = {}
+  for line in lines:
+    cells = [c.strip() for c in line.split("\t")]
+    for name in names:
+      if name in cells and name not in out:
+        out[name] = cells[cells.index(name) + 1:]
+  assert sorted(out) == sorted(names), sorted(set(names) - set(out))
+  return out
+
+
+def test_the_experiments_paper_numbers_are_the_papers():
+  """Every number an experiment reports as the paper's, read from the papers' text: the RUM
+  paper's Tables 1, 3 and 4 (TACL, 001), the LSTMN paper's Table 2 (003), the StarSaber
+  paper's Tables 3 and 5-7 (004)."""
+  from tasks.experiments import clue as clue_exp
+  from tasks.experiments import sst as sst_exp
+  from tasks.experiments import summarization as summ_exp
+  rum = _paper_lines("001")
+  names = {"gru": "GRU (ours)", "goru": "GORU (ours)", "eurnn": "EURNN (ours)",
+           "lstm": "LSTM (ours)", "fwln": "FW-LN (Ba et al., 2016a)",
+           "rum_lam0": r"RUM $\lambda = 0 \eta = N/A$ (ours)",
+           "rum_lam1_eta1": r"RUM $\lambda = 1 \eta = 1.0$ (ours)",
+           "rum_lam1": r"RUM $\lambda = 1 \eta = N/A$ (ours)"}
+  table1 = _rows(rum, list(names.values()))
+  assert recall_configs.TABLE1 == {
+      k: (*map(float, table1[n][0].split("/")), table1[n][1]) for k, n in names.items()}
+  names = {"rum350": "RUM 1000 (ours)", "lnlstm250": "LSTM 1000 (ours)",
+           "fs_rum2": "FS-RUM-2 (ours)", "fs_lstm2": "FS-LSTM-2 (Mujika et al., 2017)",
+           "rum350_tanh": "RUM 1000 w/ tanh (ours)",
+           "rum495_nogate": "RUM 1400 w/o upd. gate. (ours)"}
+  table3 = _rows(rum, list(names.values()))
+  ours = {**ptb_experiments.TABLE3, **{k: v[3] for k, v in ptb_experiments.ABLATIONS.items()}}
+  for key, text in ours.items():
+    bpc, params = table3[names[key]]
+    assert text.startswith(f"{bpc} (") and text.endswith(f"{params})"), (key, text)
+  names = {"lead": "LEAD (ours)", "encrum": "encRUM 360 cov. (ours)",
+           "decrum": "decRUM 256 (ours)", "allrum": "allRUM 360 cov. (ours)"}
+  table4 = _rows(rum, list(names.values()))
+  for key, text in summ_exp.TABLE4.items():
+    assert text.startswith(" / ".join(table4[names[key]]) + " ("), (key, text)
+  lstmn = " ".join(_paper_lines("003"))
+  table2 = {name: re.search(rf"(?:^| ){re.escape(name)} (\d+\.\d) (\d+\.\d) ", lstmn).groups()
+            for name in ("LSTM (Tai et al., 2015)", "LSTMN")}
+  assert sst_exp.TABLE2 == {
+      variant: {k: float(table2[n][i]) for k, n in (("lstm", "LSTM (Tai et al., 2015)"),
+                                                    ("lstmn", "LSTMN"))}
+      for i, variant in enumerate(("fine", "binary"))}
+  star = _paper_lines("004")
+  start = next(i for i, line in enumerate(star) if line.startswith("Table 3: "))
+  rows = [tuple(map(float, re.findall(r"\d+\.\d+", line))) for line in star[start:start + 12]]
+  rows = [r for r in rows if len(r) == 6]
+  assert rows == [tuple(x for pair in v for x in pair) for v in clue_exp.TABLE3.values()]
+  # The paper's column of clue_<task>: StarSaber-2, the pretrained Transformer and ReZero,
+  # the Word2Vec BiLSTM (rows 8, 6, 5, 1), dev.
+  for name, dev in (("clue_afqmc", 0), ("clue_tnews", 2)):
+    assert EXPERIMENTS[name].paper == {
+        k: {"dev_accuracy": rows[i][dev]}
+        for k, i in (("starsaber", 7), ("transformer", 5), ("rezero", 4), ("bilstm", 0))}
+  ablations = []
+  for table in ("Table 5:", "Table 6:", "Table 7:"):
+    start = next(i for i, line in enumerate(star) if line.startswith(table))
+    params = next(line for line in star[start:] if line.startswith("#Parameter"))
+    accuracy = next(line for line in star[start:] if line.lower().startswith("accuracy(%)"))
+    pairs = re.findall(r"(\d+\.\d+)\((\d+\.\d+)\)", accuracy)
+    ablations.append(tuple((p, float(t), float(d)) for p, (t, d) in zip(
+        map(float, re.findall(r"\d+\.\d+", params)), pairs)))
+  assert ablations == [clue_exp.ABLATIONS[k] for k in ("starsaber_gate", "starsaber_pe",
+                                                       "starsaber_nodirect")]
+
+
+def test_eval_batches_during_is_an_upper_bound():
+  """--eval_batches_during caps the periodic evaluators' batches (an evaluator of fewer
+  keeps its own, one of all its split gets the cap); the final-only ones keep theirs."""
+  import ml_collections
+  config = ml_collections.ConfigDict({"evals": {
+      "few": {"every": 5, "batches": 3}, "many": {"every": 5, "batches": 20},
+      "whole": {"every": 5, "batches": 0}, "test": {"every": 0, "batches": 0}}})
+  experiments.limit_periodic_evals(config, 8)
+  assert {k: e.batches for k, e in config.evals.items()} == {
+      "few": 3, "many": 8, "whole": 8, "test": 0}
+  experiments.limit_periodic_evals(config, 0)   # 0: the evaluators' own
+  assert config.evals.many.batches == 8
+
+
+def test_the_rum_papers_labels_say_what_the_models_are():
+  """A row's label is the config it trains: "λ=k" is model.lam (learned from k), "η=N/A" no
+  eta and "η=1.0" eta 1.0, a size after the cell's name the hidden size, "lr" a learning
+  rate other than the variant's (recall, copying, the λ sweeps)."""
+  for name in ("recall_T30", "copying_T500", "lam_copying"):
+    exp = EXPERIMENTS[name]
+    for key, (label, _) in exp.models.items():
+      config = experiments.model_config(exp, key)
+      model = config.model
+      assert label.split()[0].lower().replace("-", "") == model.cell, label
+      size = re.match(r"\S+ (\d+)\b", label)
+      assert size is None or int(size.group(1)) == model.hidden_size, label
+      lam = re.search(r"λ(?:=| learned from )(\d+(?:\.\d+)?)", label)
+      assert (lam is not None) == (model.cell == "rum"), label
+      if lam:
+        assert (model.lam, model.learn_lam) == (float(lam.group(1)), "learned" in label), label
+      eta = re.search(r"η=(\S+)", label)
+      if eta:
+        assert model.eta == (None if eta.group(1) == "N/A" else float(eta.group(1))), label
+      lr = re.search(r"\(lr (\S+)\)", label)
+      default = exp.task.get_config(exp.variant).learning_rate
+      assert config.learning_rate == (float(lr.group(1)) if lr else default), label
+
+
+def test_bad_options_are_one_line_errors():
+  """Every option below its least value is refused by name; the least value is fine."""
+  for name, low in (("steps", 1), ("pretrain_steps", 1), ("eval_every", 1),
+                    ("eval_batches_during", 0), ("log_every", 1), ("keep_checkpoints", 1)):
+    with pytest.raises(ValueError, match=rf"^{name}={low - 1} must be >= {low}\.$"):
+      experiments.check_options(experiments.Options(**{name: low - 1}))
+    experiments.check_options(experiments.Options(**{name: low}))
+
+
+def test_the_best_dev_set_ups():
+  """SST selects on dev accuracy with a patience that never stops its 10 evaluations
+  (LSTMN paper); CLUE pretrains every family at 1e-3 with a 500-step warm-up, its dev
+  masked accuracy on 20 batches, and fine-tunes with a patience of 10 evaluations. (The
+  slow end-to-end tests train these; here only the configs.)"""
+  for name in ("sst_binary", "sst_fine"):
+    exp = EXPERIMENTS[name]
+    for key in exp.models:
+      c = experiments.model_config(exp, key)
+      assert (c.early_stopping_metric, c.early_stopping_mode) == ("eval_accuracy", "max")
+      assert c.early_stopping_patience > c.num_steps // c.eval_every == 10
+  exp = EXPERIMENTS["clue_afqmc"]
+  whole_dev = experiments.Options(eval_batches_during=0)
+  for key in exp.models:
+    assert experiments.model_config(exp, key, whole_dev).early_stopping_patience == 10
+    pre = experiments.pretrain_config(exp, key, whole_dev)
+    assert (pre is None) == (key == "bilstm")
+    if pre is not None:
+      assert (pre.objective, pre.learning_rate, pre.warmup_steps, pre.evals.eval.batches) == (
+          "mlm", 1e-3, 500, 20)
+
+
+def test_summ_synthetic_columns_read_the_steps_they_name():
+  """The dev NLL columns of summ_synthetic are the evaluations at steps 500 and 1,000."""
+  from tasks.experiments import summarization as summ_exp
+  record = {"evals": {"500": {"eval_nll": 0.5}, "1000": {"eval_nll": 0.25}}}
+  cells = {c.header: c.cell(record) for c in summ_exp.COLUMNS[:2]}
+  assert cells == {"dev NLL, step 500": "0.5", "step 1,000": "0.25"}

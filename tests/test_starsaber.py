@@ -322,6 +322,55 @@ def test_flax_module_errors():
     StarSaberLayer(3).init(jax.random.key(0), h, h)
 
 
+def test_flax_module_initialisers():
+  """``alpha_init`` and ``kernel_init`` give the initial ``alpha`` and every kernel."""
+  h = _normal(24, B, T, D)
+  module = StarSaberLayer(D, variant="gate", alpha_init=0.25,
+                          kernel_init=jax.nn.initializers.constant(0.5))
+  params = jax.jit(module.init)(jax.random.key(0), h, h)["params"]
+  assert float(params.pop("alpha")) == 0.25
+  assert all(np.all(np.asarray(k) == 0.5) for k in params.values())
+
+
+def test_flax_module_in_bfloat16_keeps_alpha_float32():
+  """``dtype=bfloat16``: a bfloat16 output from float32 ``h``, ``x``; ``alpha`` stays
+  float32 (``cast_weights``' ``wide``, ``scale``), so its gradient is the float32 sum of
+  ``tanh(...) * cotangent`` over every row, not rounded to bfloat16. With ``h = 0``,
+  ``V = 20 I`` and ``x = +-1`` the output is ``tanh(+-20) = +-1`` exactly, so that sum is
+  ``sum(out * cotangent)``."""
+  module = StarSaberLayer(D, dtype=jnp.bfloat16)
+  params = dict(_params(25, "plain"), V=20 * jnp.eye(D), alpha=jnp.ones((), jnp.float32))
+  h, x = jnp.zeros((B, T, D)), jnp.sign(_normal(26, B, T, D))
+  ct = _normal(27, B, T, D, dtype=jnp.bfloat16)
+
+  @jax.jit
+  def run(params):
+    out, vjp = jax.vjp(lambda p: module.apply({"params": p}, h, x, MASK), params)
+    return out, vjp(ct)[0]["alpha"]
+
+  out, grad = run(params)
+  assert out.dtype == jnp.bfloat16 and grad.dtype == jnp.float32
+  np.testing.assert_array_equal(np.abs(np.asarray(out, np.float32)), 1.0)
+  np.testing.assert_allclose(grad, np.sum(np.asarray(ct, np.float64) * np.asarray(out, np.float64)),
+                             rtol=1e-6)
+
+
+def test_attention_weights_in_bfloat16():
+  """bfloat16 ``h`` and ``W``: the scores ``(h_n W) . h_i`` accumulate in float32 and the
+  softmax is float32 (the precision policy); ``G`` comes back in bfloat16. So ``G`` is the
+  float64 softmax of the scores of the bfloat16 ``h W`` and ``h``, rounded once (relative
+  error at most bfloat16's unit roundoff 2^-8; scores rounded to bfloat16 exceed it)."""
+  params = _params(27, "plain", jnp.bfloat16)
+  h = _normal(28, B, T, D, dtype=jnp.bfloat16)
+  g = starsaber_lib.attention_weights(params, h, mask=MASK)
+  assert g.dtype == jnp.bfloat16
+  hw, hd = np.asarray(h @ params["W"], np.float64), np.asarray(h, np.float64)
+  scores = np.where(MASK[:, None, :], np.einsum("bnd,bid->bni", hw, hd) / np.sqrt(D), -np.inf)
+  want = np.exp(scores - scores.max(-1, keepdims=True))
+  want /= want.sum(-1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(g, np.float64), want, rtol=1.01 * 2 ** -8, atol=1e-7)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_an_empty_sequence_gives_an_empty_output(variant):
   """T = 0: ``[B, 0, D]`` (the attention's max over an empty axis used to raise)."""

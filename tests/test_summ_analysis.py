@@ -291,6 +291,7 @@ def test_launch_writes_figure_and_json(workdir, tmp_path, capsys):
   np.testing.assert_allclose(r["gradients"]["decoder"], want["decoder"], rtol=1e-6)
   assert len(r["gradients"]["decoder"]) == T
   assert r["target_lengths"] == batch["target_lengths"][:3].tolist()
+  assert r["article_lengths"] == batch["article_lengths"][:3].tolist()   # real rows only
   assert saved["runs"]["again"]["gradients"] == r["gradients"]
   out = capsys.readouterr().out
   assert "LEAD step 3: loss" in out and "summ_figure6.json" in out
@@ -320,3 +321,19 @@ def test_launch_errors_are_one_line(workdir, tmp_path):
   with pytest.raises(SystemExit, match="no checkpoint found in") as err:
     _run([f"--workdirs={empty}", f"--out_dir={tmp_path}"])
   assert str(empty) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_run_labels_and_a_chosen_step(workdir):
+  """Figure 6's legend uses the paper's names of the configurations (Table 4), else the
+  cells; load_run reads the checkpoint asked for (a missing one is a one-line error, not
+  the latest)."""
+  for configuration, encoder, decoder, label in (
+      ("lead", "lstm", "lstm", "LEAD"), ("encrum", "rum", "lstm", "encRUM"),
+      ("decrum", "lstm", "rum", "decRUM"), ("allrum", "rum", "rum", "allRUM"),
+      (None, "gru", "rum", "gru/rum")):
+    config = ml_collections.ConfigDict({"configuration": configuration, "model": {
+        "encoder_cell": encoder, "decoder_cell": decoder}})
+    assert summ_analysis.run_label(config) == label
+  with pytest.raises(ValueError, match=r"no checkpoint found at step 2 in .*\(steps there: "
+                                       r"\[3\]\)"):
+    summ_analysis.load_run(workdir, tasks.get_task, step=2)

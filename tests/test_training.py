@@ -276,3 +276,18 @@ def test_evaluating_a_corrupt_checkpoint_moves_nothing(tmp_path):
   training.evaluate_checkpoint(config, workdir, toy_task.TASK)
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "10"))
   assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))
+
+
+def test_the_step_key_is_the_base_key_folded_with_the_step():
+  """Dropout's key at step s is fold_in(rng, s), then the extra integers (state.py): a new
+  key every step, the same one at the same step of a resumed run."""
+  from rumjax.training.state import TrainState
+  base = jax.random.key(3)
+  keys = []
+  for step in (0, 1, 2):
+    state = TrainState(step=np.int32(step), params={}, opt_state=(),
+                       rng=jax.random.key_data(base))
+    want = jax.random.fold_in(jax.random.fold_in(base, step), 7)
+    keys.append(np.asarray(jax.random.key_data(state.step_key(7))))
+    np.testing.assert_array_equal(keys[-1], jax.random.key_data(want))
+  assert len({k.tobytes() for k in keys}) == 3

@@ -109,3 +109,22 @@ def test_failed_write_leaves_no_temporary_file(tmp_path):
   with pytest.raises(TypeError):
     utils.write_text(str(path), 123)
   assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_config_helpers_read_flags_and_refuse_unknown_saved_fields():
+  """configs.argv_value reads a flag before absl parses (the last one wins, a value may hold
+  '='); update_from_dict refuses a saved field the config lacks (a config.json of another
+  version) instead of adding it."""
+  import ml_collections
+  from rumjax import configs
+  argv = ["train", "--workdir=/tmp/a", "--task", "recall", "--workdir=/tmp/lr=1e-3"]
+  assert configs.argv_value(argv, "workdir") == "/tmp/lr=1e-3"
+  assert configs.argv_value(argv, "task") == "recall"
+  assert configs.argv_value(argv, "variant", "T30") == "T30"
+  config = ml_collections.ConfigDict({"seed": 0, "model": {"hidden_size": 8}})
+  configs.update_from_dict(config, {"seed": 3, "model": {"hidden_size": 16}})
+  assert (config.seed, config.model.hidden_size) == (3, 16)
+  with pytest.raises(ValueError, match=r"^config field 'model\.nope' \(from the saved config\) "
+                                       r"is not a field of this task's config"):
+    configs.update_from_dict(config, {"model": {"nope": 1}})
+  assert "nope" not in config.model

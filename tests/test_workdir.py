@@ -3,9 +3,12 @@ another state is a one-line error that leaves the workdir as it was; a busy work
 and a dead holder's lock taken over; a stop request from the first moment; metrics written
 after the last checkpoint are set aside on resume; true messages."""
 
+import errno
 import hashlib
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 
@@ -284,3 +287,118 @@ def test_non_finite_without_a_checkpoint_says_so(tmp_path):
                                 toy_task.TASK)
   assert "step 2" in str(err.value) and "there is no checkpoint yet" in str(err.value)
   assert "None" not in str(err.value)
+
+
+def test_without_flock_the_holder_record_decides(tmp_path, monkeypatch):
+  """On a file system without flock (no fcntl, or flock failing with ENOLCK as on NFS without
+  a lock daemon) the lock file's record decides: a dead pid on this host is taken over; a
+  live pid, or any pid on another host, is refused naming the file to delete, and the
+  record is kept."""
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()                                   # a pid that no longer runs
+  here = socket.gethostname()
+
+  class NoLocks:   # fcntl of a file system whose flock is not supported
+    LOCK_EX, LOCK_NB = 2, 4
+
+    @staticmethod
+    def flock(fd, operation):
+      raise OSError(errno.ENOLCK, "No locks available")
+
+  for name, fcntl in (("none", None), ("enolck", NoLocks)):
+    monkeypatch.setattr(workdir_lib, "fcntl", fcntl)
+    for host, pid, busy in ((here, dead.pid, False), (here, os.getpid(), True),
+                            ("elsewhere", dead.pid, True)):
+      workdir = tmp_path / f"{name}_{host}_{pid}"
+      workdir.mkdir()
+      path = workdir / workdir_lib.LOCK_FILE
+      path.write_text(json.dumps({"host": host, "pid": pid, "start": "2026-01-01"}))
+      lock = training.WorkdirLock(str(workdir))
+      if busy:
+        with pytest.raises(training.WorkdirError, match=(
+            rf"in use by another run \(host {host}, pid {pid}, .*no flock, so if that run "
+            rf"is gone delete {re.escape(str(path))}")):
+          lock.acquire()
+        assert workdir_lib.holder(str(workdir))["pid"] == pid     # the record is kept
+      else:
+        with lock:
+          assert workdir_lib.holder(str(workdir))["pid"] == os.getpid()
+        assert workdir_lib.holder(str(workdir)) is None
+
+
+def test_a_run_past_num_steps_is_refused_at_its_latest_checkpoint(tmp_path):
+  """--steps below the latest checkpoint (checkpoints at 5 and 10, num_steps 7): a run does
+  not go back; a one-line error naming step 10, and the workdir untouched."""
+  workdir = str(tmp_path / "run")
+  training.train_and_evaluate(_config(num_steps=10), workdir, toy_task.TASK)
+  assert training.checkpoint.checkpoint_steps(workdir) == [5, 10]
+  before = _snapshot(workdir)
+  with pytest.raises(training.WorkdirError, match=r"holds a run at step 10, past num_steps=7 "
+                                                  r"\(--steps\).* pass --steps=10 or more") as err:
+    training.train_and_evaluate(_config(num_steps=7), workdir, toy_task.TASK)
+  assert "\n" not in str(err.value)
+  assert _snapshot(workdir) == before
+
+
+def test_remove_unused_removes_only_what_a_refused_start_left(tmp_path):
+  """What a refused start left in a workdir that was empty or new goes (an empty run.lock,
+  empty folders; the folder itself only when it was new); nothing goes while run.lock names
+  a holder (another run took the folder meanwhile), and a file with content stays."""
+  taken = tmp_path / "taken"
+  (taken / "checkpoints").mkdir(parents=True)
+  (taken / workdir_lib.LOCK_FILE).write_text('{"host": "h", "pid": 1, "start": "s"}')
+  assert workdir_lib.remove_unused(str(taken), remove_folder=True) == []
+  assert sorted(os.listdir(taken)) == ["checkpoints", workdir_lib.LOCK_FILE]
+  for was_new in (False, True):
+    left = tmp_path / f"left_{was_new}"
+    (left / "checkpoints" / "tmp").mkdir(parents=True)
+    (left / workdir_lib.LOCK_FILE).write_text("")
+    removed = workdir_lib.remove_unused(str(left), remove_folder=was_new)
+    assert str(left / workdir_lib.LOCK_FILE) in removed and str(left / "checkpoints") in removed
+    assert left.exists() != was_new and (was_new or not os.listdir(left))
+  kept = tmp_path / "kept"
+  (kept / "checkpoints").mkdir(parents=True)
+  (kept / workdir_lib.LOCK_FILE).write_text("")
+  (kept / "notes.txt").write_text("mine")
+  workdir_lib.remove_unused(str(kept), remove_folder=True)
+  assert os.listdir(kept) == ["notes.txt"] and (kept / "notes.txt").read_text() == "mine"
+
+
+def test_a_workdir_without_checkpoints_takes_another_config(tmp_path):
+  """config.json without a checkpoint (a run stopped before its first one) holds nothing to
+  resume: a run with another config starts there, and its config.json replaces the old."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps(configs.as_json(_config(features=4))))
+  summary = training.train_and_evaluate(_config(num_steps=2, features=5), str(workdir),
+                                        toy_task.TASK)
+  assert summary["step"] == 2
+  assert json.loads((workdir / "config.json").read_text())["features"] == 5
+
+
+def test_a_saved_value_of_an_added_field_is_never_replaced():
+  """configs.fill_added_fields fills only what a saved config lacks: a saved learn_lam True
+  against a new False, or an evaluator's saved batches_at_end 5 against a new None, stays a
+  difference (a run that learned lam is not another run's resume)."""
+  saved = {"seed": 0, "model": {"lam": 1.0, "learn_lam": True},
+           "evals": {"eval": {"every": 5, "batches_at_end": 5}}}
+  new = {"seed": 0, "model": {"lam": 1.0, "learn_lam": False},
+         "evals": {"eval": {"every": 5, "batches_at_end": None}}}
+  assert configs.fill_added_fields(saved, new) == saved
+  assert configs.resume_differences(saved, new, may_change=()) == [
+      ("evals.eval.batches_at_end", 5, None), ("model.learn_lam", True, False)]
+
+
+def test_added_fields_hold_the_defaults_that_kept_the_old_behaviour():
+  """configs.ADDED_FIELDS' values are what the tasks' configs hold by default (learn_lam off,
+  no warm-up, default precision, ...): a saved run without the field resumes only when the
+  new config keeps that value, so a wrong value there would refuse every old run."""
+  import tasks
+  seen = {}
+  for name, variant in (("recall", None), ("ptb", None), ("ptb", "fs_rum2"),
+                        ("summ_synthetic", None)):
+    flat = configs._flat(configs.as_json(tasks.get_task(name).get_config(variant)))
+    for path in configs.ADDED_FIELDS:
+      if path in flat:
+        seen.setdefault(path, set()).add(json.dumps(flat[path]))
+  assert seen == {path: {json.dumps(value)} for path, value in configs.ADDED_FIELDS.items()}
