@@ -42,3 +42,27 @@ def test_a_batch_that_does_not_split_over_the_devices_is_a_one_line_error():
       # a scalar leaf passed the row check and failed in device_put (review helper)
       "batch['n'] is a scalar; every leaf of a batch needs a leading row axis (repeat a "
       "per-batch value per row)."]
+
+
+def test_the_batch_and_a_carried_state_are_split_over_the_data_axis():
+  """On 2 devices each holds half the rows of a batch (not a replicated copy) and of a
+  carried per-example model state, the parameters are replicated, and code traced under
+  the loop's mesh sees 2 batch shards (1 without a mesh)."""
+  code = ("import jax, numpy as np; from rumjax import sharding as s\n"
+          "from rumjax.training import loop; from rumjax.training.state import TrainState\n"
+          "m = s.make_mesh(); x = s.shard_batch({'x': np.zeros((4, 2))}, m)['x']\n"
+          "print(sorted(d.data.shape for d in x.addressable_shards))\n"
+          "st = TrainState(step=np.int32(0), params={'w': np.ones(3)}, opt_state=(),\n"
+          "                rng=jax.random.key_data(jax.random.key(0)), model_state=np.zeros((4, 5)))\n"
+          "st = loop._place(st, m)\n"
+          "print(sorted(d.data.shape for d in st.model_state.addressable_shards))\n"
+          "print(sorted(d.data.shape for d in st.params['w'].addressable_shards))\n"
+          "print(jax.jit(lambda: s.context_batch_shards())())\n"
+          "with jax.set_mesh(m):\n  print(jax.jit(lambda: s.context_batch_shards())())\n")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines()[-5:] == [
+      "[(2, 2), (2, 2)]", "[(2, 5), (2, 5)]", "[(3,), (3,)]", "1", "2"]

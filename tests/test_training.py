@@ -4,8 +4,11 @@ import errno
 import json
 import shutil
 import os
+import signal
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -291,3 +294,121 @@ def test_the_step_key_is_the_base_key_folded_with_the_step():
     keys.append(np.asarray(jax.random.key_data(state.step_key(7))))
     np.testing.assert_array_equal(keys[-1], jax.random.key_data(want))
   assert len({k.tobytes() for k in keys}) == 3
+
+
+class _KeyModel(nn.Module):
+  """``w x`` plus, in training, a uniform draw of its dropout key."""
+
+  @nn.compact
+  def __call__(self, batch, *, train):
+    w = self.param("w", lambda key: np.float32(2.0))
+    u = jax.random.uniform(self.make_rng("dropout"), ()) if train else 0.0
+    return w * batch["x"] + u
+
+
+def test_train_step_uses_the_step_key_and_eval_step_the_eval_mode():
+  """The dropout key differs from step to step and is the state's ``step_key(0)``;
+  ``eval_step`` runs the model with ``train=False``; ``grad_norm`` is one value (count 1);
+  a step whose loss or gradient is not finite returns the state unchanged."""
+  from rumjax.training import loop
+  from rumjax.training.state import TrainState
+  model, tx = _KeyModel(), optax.sgd(0.1)
+
+  def loss_and_metrics(out, batch):
+    return jnp.sum(out), {"out": (jnp.sum(out), jnp.float32(1))}
+
+  def state_at(step):
+    params = {"w": jnp.float32(2.0)}
+    return TrainState(step=jnp.int32(step), params=params, opt_state=tx.init(params),
+                      rng=jax.random.key_data(jax.random.key(5)))
+
+  batch = {"x": jnp.ones((1,), jnp.float32)}
+  outs = []
+  for step in (0, 1):
+    state = state_at(step)
+    _, metrics, finite = training.train_step(state, batch, model=model,
+                                             loss_and_metrics=loss_and_metrics, tx=tx)
+    assert bool(finite)
+    want = model.apply({"params": state.params}, batch, train=True,
+                       rngs={"dropout": state.step_key(0)})
+    np.testing.assert_allclose(metrics["out"][0], jnp.sum(want))
+    outs.append(float(metrics["out"][0]))
+    assert float(metrics["grad_norm"][1]) == 1
+    np.testing.assert_allclose(metrics["grad_norm"][0], 1.0)   # d(w x + u)/dw at x=1
+  assert outs[0] != outs[1]
+  eval_metrics, _ = loop.eval_step(state.params, batch, None, model=model,
+                                   loss_and_metrics=loss_and_metrics)
+  assert float(eval_metrics["out"][0]) == 2.0   # w x, no draw
+  state = state_at(3)
+  new, _, finite = training.train_step(state, {"x": jnp.full((1,), jnp.nan)}, model=model,
+                                       loss_and_metrics=loss_and_metrics, tx=tx)
+  assert not bool(finite)
+  assert int(new.step) == 3 and float(new.params["w"]) == 2.0
+  # a finite loss with a non-finite gradient (d sqrt(0 w)/dw = inf * 0) is not finite either
+  sqrt_loss = lambda out, batch: (jnp.sqrt(0 * jnp.sum(out)), {})
+  new, _, finite = training.train_step(state, batch, model=model, loss_and_metrics=sqrt_loss,
+                                       tx=tx)
+  assert not bool(finite)
+  assert int(new.step) == 3 and float(new.params["w"]) == 2.0
+
+
+class _At:
+  """At ``step``, requests a stop (``how="hook"``) or sends this process SIGTERM."""
+
+  def __init__(self, step, how):
+    self.step, self.how = step, how
+
+  def after_step(self, step, state, ctx):
+    if step == self.step:
+      if self.how == "hook":
+        ctx.request_stop("early_stopping")
+      else:   # only with the loop's handler in place (else SIGTERM would end pytest)
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _records(workdir):
+  return [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def test_stops_between_records_and_at_the_last_step(tmp_path):
+  """A hook's stop at step 7 (log_every=5) writes the training record of steps 6-7; a
+  hook's stop at the last step stops nothing (the run ends by ``num_steps``, with 0 s to go
+  in its last record); a signal during the last step is a preemption (no final
+  evaluation)."""
+  early = training.train_and_evaluate(_config(num_steps=12), str(tmp_path / "a"),
+                                      toy_task.TASK, hooks=[_At(7, "hook")])
+  assert early["step"] == 7 and early["stop_reason"] == "early_stopping"
+  train = [r for r in _records(tmp_path / "a") if "train_loss" in r]
+  assert [r["step"] for r in train] == [5, 7]
+  last = training.train_and_evaluate(_config(num_steps=6), str(tmp_path / "b"),
+                                     toy_task.TASK, hooks=[_At(6, "hook")])
+  assert last["step"] == 6 and last["stop_reason"] == "num_steps"
+  assert [r["eta_sec"] for r in _records(tmp_path / "b") if "eta_sec" in r][-1] == 0
+  signalled = training.train_and_evaluate(_config(num_steps=6, eval_every=100),
+                                          str(tmp_path / "c"), toy_task.TASK,
+                                          hooks=[_At(6, "signal")])
+  assert signalled["step"] == 6 and signalled["stop_reason"] == "preempted"
+  assert not any("eval_loss" in r for r in _records(tmp_path / "c"))
+
+
+def test_a_finished_run_is_not_trained_or_evaluated_again(tmp_path):
+  first = training.train_and_evaluate(_config(num_steps=4), str(tmp_path), toy_task.TASK)
+  before = open(tmp_path / "metrics.jsonl").read()
+  again = training.train_and_evaluate(_config(num_steps=4), str(tmp_path), toy_task.TASK)
+  assert again["stop_reason"] == "finished" and again["step"] == 4
+  assert again["eval_loss"] == first["eval_loss"]
+  assert open(tmp_path / "metrics.jsonl").read() == before
+
+
+def test_each_training_record_covers_the_steps_since_the_previous_one(tmp_path):
+  """log_every=5: the records at steps 5 and 10 average steps 1-5 and 6-10, so their mean
+  is the record at step 10 of the same run with log_every=10 (equal rows per step)."""
+  training.train_and_evaluate(_config(num_steps=10), str(tmp_path / "a"), toy_task.TASK)
+  training.train_and_evaluate(_config(num_steps=10, log_every=10), str(tmp_path / "b"),
+                              toy_task.TASK)
+  a = {r["step"]: r["train_loss"] for r in _records(tmp_path / "a") if "train_loss" in r}
+  b = {r["step"]: r["train_loss"] for r in _records(tmp_path / "b") if "train_loss" in r}
+  assert sorted(a) == [5, 10] and sorted(b) == [10]
+  assert abs(a[5] - a[10]) > 1e-3 * abs(b[10])   # the loss falls: the windows differ
+  np.testing.assert_allclose((a[5] + a[10]) / 2, b[10], rtol=1e-5)
