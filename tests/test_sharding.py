@@ -22,6 +22,16 @@ def test_cpu_devices_none_changes_nothing():
   assert sharding.use_cpu_devices(None) is None
 
 
+def _on_two_cpu_devices(code):
+  """The stdout lines of ``python -c code`` in a process that sees 2 CPU devices."""
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return proc.stdout.splitlines()
+
+
 def test_a_batch_that_does_not_split_over_the_devices_is_a_one_line_error():
   """``shard_batch`` on 2 devices: 4 rows split, 3 rows are a one-line error (the
   prediction path, which checks no batch size, raised XLA's IndivisibleError)."""
@@ -31,12 +41,7 @@ def test_a_batch_that_does_not_split_over_the_devices_is_a_one_line_error():
           "except ValueError as e:\n  print(e)\n"
           "try:\n  s.shard_batch({'x': np.zeros((4, 2)), 'n': np.float32(1)}, m)\n"
           "except ValueError as e:\n  print(e)\n")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
-                        capture_output=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.splitlines()[-3:] == [
+  assert _on_two_cpu_devices(code)[-3:] == [
       "(4, 2)", "a batch of 3 rows on this process does not split over its 2 devices; use "
       "a batch_size that is a multiple of 2.",
       # a scalar leaf passed the row check and failed in device_put (review helper)
@@ -59,10 +64,5 @@ def test_the_batch_and_a_carried_state_are_split_over_the_data_axis():
           "print(sorted(d.data.shape for d in st.params['w'].addressable_shards))\n"
           "print(jax.jit(lambda: s.context_batch_shards())())\n"
           "with jax.set_mesh(m):\n  print(jax.jit(lambda: s.context_batch_shards())())\n")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
-                        capture_output=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.splitlines()[-5:] == [
+  assert _on_two_cpu_devices(code)[-5:] == [
       "[(2, 2), (2, 2)]", "[(2, 5), (2, 5)]", "[(3,), (3,)]", "1", "2"]
