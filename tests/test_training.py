@@ -14,7 +14,7 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from rumjax import training
+from rumjax import training, utils
 from tests import toy_task
 
 
@@ -368,7 +368,7 @@ class _At:
 
 
 def _records(workdir):
-  return [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  return utils.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
 
 
 def test_stops_between_records_and_at_the_last_step(tmp_path):
