@@ -176,24 +176,23 @@ def test_urnn_matches_explicit_recurrence():
   np.testing.assert_allclose(hs, np.stack(ref, 1), rtol=1e-5, atol=1e-5)
 
 
-def test_cayley_step_is_wisdom_eq():
-  rng = np.random.default_rng(4)
-  w = np.linalg.qr(rng.normal(size=(5, 5)))[0]
-  g, lr = rng.normal(size=(5, 5)), 0.3
-  a = g @ w.T - w @ g.T
-  ref = np.linalg.inv(np.eye(5) + lr / 2 * a) @ (np.eye(5) - lr / 2 * a) @ w
-  with jax.enable_x64(True):
-    new = np.asarray(cayley_step(jnp.asarray(w), jnp.asarray(g), lr))
-  np.testing.assert_allclose(new, ref, atol=1e-12)
-  np.testing.assert_allclose(new.T @ new, np.eye(5), atol=1e-12)
-
-
 def _cayley_ref(w, g, lr):
   """Wisdom et al., eq. (10), in float64: ``(I + lr/2 A)^{-1} (I - lr/2 A) W`` with
   ``A = G W^T - W G^T``."""
   eye = np.eye(w.shape[0])
   a = g @ w.T - w @ g.T
   return np.linalg.inv(eye + lr / 2 * a) @ (eye - lr / 2 * a) @ w
+
+
+def test_cayley_step_is_wisdom_eq():
+  rng = np.random.default_rng(4)
+  w = np.linalg.qr(rng.normal(size=(5, 5)))[0]
+  g, lr = rng.normal(size=(5, 5)), 0.3
+  ref = _cayley_ref(w, g, lr)
+  with jax.enable_x64(True):
+    new = np.asarray(cayley_step(jnp.asarray(w), jnp.asarray(g), lr))
+  np.testing.assert_allclose(new, ref, atol=1e-12)
+  np.testing.assert_allclose(new.T @ new, np.eye(5), atol=1e-12)
 
 
 def test_cayley_step_on_a_tall_stiefel_matrix():
